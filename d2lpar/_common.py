@@ -1,0 +1,488 @@
+"""Framework-free parts of d2lpar, written once for both backends.
+
+Nothing here imports PyTorch or MXNet. The backends (``d2lpar.torch`` and
+``d2lpar.mxnet``) add the framework glue: how to synchronise a device, how
+to copy an array, how to turn a NumPy batch into a framework tensor.
+"""
+import dataclasses
+import fcntl
+import functools
+import gzip
+import hashlib
+import os
+import struct
+import tempfile
+import time
+import urllib.request
+
+import numpy as np
+
+# The names each backend re-exports as they are.
+SHARED = ['DataError', 'TrainResult', 'data_dir', 'plot_timings', 'say_once']
+
+# --------------------------------------------------------------------------
+# Messages that a lesson prints once per process
+# --------------------------------------------------------------------------
+_said = set()
+
+
+def say_once(message):
+    """Print `message` the first time it is asked for in this process."""
+    if message not in _said:
+        _said.add(message)
+        print(message)
+
+
+def fallback_notice(num_wanted, num_found, stand_ins):
+    """Say in plain words what `try_devices` fell back to."""
+    found = 'No GPU' if num_found == 0 else f'Only {num_found} GPU(s)'
+    return (f'{found} found, {num_wanted} devices requested: using '
+            f'{num_wanted} CPU stand-ins ({stand_ins}). They share this '
+            f"machine's CPU cores, so results are correct but there is no "
+            f'speedup to see.')
+
+
+# --------------------------------------------------------------------------
+# Checks with messages that say what to do
+# --------------------------------------------------------------------------
+def check_devices(devices):
+    """Return `devices` as a non-empty list, or raise a clear error."""
+    if devices is None or isinstance(devices, (str, bytes)):
+        raise TypeError(f'devices must be a list of devices, got '
+                        f'{devices!r}; for example d2l.try_all_gpus().')
+    devices = list(devices)
+    if not devices:
+        raise ValueError('The device list is empty: pass at least one '
+                         'device, e.g. d2l.try_all_gpus(), which falls '
+                         'back to the CPU when there is no GPU.')
+    return devices
+
+
+def check_split(num_X, num_y, devices):
+    """Check that a batch of `num_X` examples can be split over devices."""
+    devices = check_devices(devices)
+    if num_X != num_y:
+        raise ValueError(f'X has {num_X} examples but y has {num_y}: pass '
+                         f'the features and labels of the same minibatch.')
+    if num_X < len(devices):
+        raise ValueError(f'Cannot split {num_X} examples over '
+                         f'{len(devices)} devices: each device needs at '
+                         f'least one example. Use a larger batch or fewer '
+                         f'devices.')
+    return devices
+
+
+def check_allreduce(data, memory_of=id):
+    """Check that `data` is a list of same-shape, same-dtype, distinct
+    arrays (one per device) that can be summed in place."""
+    if not isinstance(data, (list, tuple)):
+        raise TypeError(f'allreduce expects a list with one array per '
+                        f'device, got {type(data).__name__}.')
+    if not data:
+        raise ValueError('allreduce got an empty list: pass one array per '
+                         'device.')
+    shapes = [tuple(x.shape) for x in data]
+    if len(set(shapes)) > 1:
+        raise ValueError(f'allreduce needs arrays of one shape to sum them '
+                         f'elementwise, got shapes {shapes}. Reduce the '
+                         f'same parameter (or gradient) from every device.')
+    dtypes = [str(x.dtype) for x in data]
+    if len(set(dtypes)) > 1:
+        raise TypeError(f'allreduce needs arrays of one dtype, got '
+                        f'{dtypes}. Cast them to the same dtype first.')
+    seen = {}
+    for i, x in enumerate(data):
+        key = memory_of(x)
+        if key in seen:
+            raise ValueError(f'data[{seen[key]}] and data[{i}] share memory, '
+                             f'so summing in place would count it twice. '
+                             f'Give each device its own copy (get_params '
+                             f'makes one).')
+        seen[key] = i
+
+
+# --------------------------------------------------------------------------
+# Ring allreduce, written once against three small framework hooks
+# --------------------------------------------------------------------------
+def chunk_bounds(n, k):
+    """Boundaries that cut `n` elements into `k` nearly equal chunks."""
+    return [n * j // k for j in range(k + 1)]
+
+
+def ring_allreduce_with(data, flat, copy_like, unflat=None):
+    """Sum the arrays of `data` in place with a ring allreduce.
+
+    `flat(x)` returns `x` as a 1-D array; `copy_like(src, dst)` returns
+    `src` on the device of `dst`; `unflat(flat_x, x)`, when `flat` makes a
+    copy instead of a view, writes the result back into `x`.
+
+    Each of the k arrays is cut into k chunks. In k-1 reduce-scatter steps
+    device i passes one chunk to its neighbour i+1, which adds it to its
+    own; afterwards device i holds the full sum of chunk i+1. In k-1
+    all-gather steps the finished chunks travel once more round the ring.
+    Every link carries 2(k-1)/k of the data, whatever k is.
+    """
+    k = len(data)
+    if k == 1:
+        return
+    flats = [flat(x) for x in data]
+    b = chunk_bounds(flats[0].shape[0], k)
+    for s in range(k - 1):  # reduce-scatter
+        for i in range(k):
+            c, j = (i - s) % k, (i + 1) % k
+            if b[c] < b[c + 1]:
+                flats[j][b[c]:b[c + 1]] += copy_like(
+                    flats[i][b[c]:b[c + 1]], flats[j])
+    for s in range(k - 1):  # all-gather
+        for i in range(k):
+            c, j = (i + 1 - s) % k, (i + 1) % k
+            if b[c] < b[c + 1]:
+                flats[j][b[c]:b[c + 1]] = copy_like(
+                    flats[i][b[c]:b[c + 1]], flats[j])
+    if unflat is not None:
+        for f, x in zip(flats, data):
+            unflat(f, x)
+
+
+# --------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------
+class Benchmark:
+    """Time a block of code and print ``<description>: <t> sec``.
+
+    Unlike ``d2l.Benchmark``, it waits for the `devices` it is given to
+    finish their queued work, on entry and before stopping the clock. GPUs
+    run asynchronously: without that wait it would time how long Python
+    took to *queue* the work. With ``devices=None`` nothing is waited for.
+
+    Every measurement is kept in ``Benchmark.records`` as
+    ``(description, seconds)``, so a lesson can tabulate or plot it.
+    """
+    records = []
+
+    def __init__(self, description='Done', devices=None):
+        self.description = description
+        self.devices = None if devices is None else check_devices(devices)
+        self.seconds = None
+
+    @staticmethod
+    def _synchronize(devices):
+        raise NotImplementedError('use the Benchmark of d2lpar.torch or '
+                                  'd2lpar.mxnet to synchronise devices')
+
+    def __enter__(self):
+        if self.devices:
+            self._synchronize(self.devices)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.devices:
+            self._synchronize(self.devices)
+        self.seconds = time.perf_counter() - self._start
+        if exc_info[0] is None:
+            Benchmark.records.append((self.description, self.seconds))
+            print(f'{self.description}: {self.seconds:.4f} sec')
+
+    @classmethod
+    def last(cls, description):
+        """The latest time measured under `description`, in seconds."""
+        for name, seconds in reversed(cls.records):
+            if name == description:
+                return seconds
+        raise KeyError(f'Nothing was measured as {description!r} yet: run '
+                       f'the cell that times it first.')
+
+
+def plot_timings(descriptions, sum_of=(), title=None, ax=None):
+    """Bar chart of the latest time of each description (in seconds).
+
+    With ``sum_of=(a, b)`` a hatched bar shows ``a + b``, the time the two
+    would take one after the other, next to the measured ones. Returns
+    the dict that was drawn, {label: seconds}.
+    """
+    import matplotlib.pyplot as plt
+    times = {d: Benchmark.last(d) for d in descriptions}
+    if sum_of:
+        times[' + '.join(sum_of)] = sum(Benchmark.last(d) for d in sum_of)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 0.45 * len(times) + 0.8))
+    labels = list(times)[::-1]
+    bars = ax.barh(labels, [times[n] for n in labels], color='tab:blue')
+    if sum_of:
+        bars[0].set_color('lightgray')
+        bars[0].set_hatch('//')
+    for bar, name in zip(bars, labels):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f' {times[name]:.3f}', va='center', fontsize=8)
+    ax.set_xlabel('seconds')
+    ax.set_xlim(0, 1.2 * max(times.values()))
+    if title:
+        ax.set_title(title)
+    plt.tight_layout()
+    plt.show()
+    return times
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` returns: enough to print, tabulate or plot a run."""
+    test_acc: float
+    sec_per_epoch: float
+    devices: list
+    num_epochs: int
+    num_examples: int
+    test_accs: list
+
+    @property
+    def examples_per_sec(self):
+        return self.num_examples / self.sec_per_epoch
+
+    def __str__(self):
+        return (f'test acc: {self.test_acc:.2f}, {self.sec_per_epoch:.1f} '
+                f'sec/epoch on {self.devices}')
+
+
+# --------------------------------------------------------------------------
+# Fashion-MNIST: real files when they can be had, a stand-in otherwise
+# --------------------------------------------------------------------------
+class DataError(ValueError):
+    """A data file is missing, corrupt or truncated."""
+
+
+FASHION_MNIST_URL = 'http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/'
+FASHION_MNIST_FILES = {
+    'train': (('train-images-idx3-ubyte.gz',
+               '8d4fb7e6c68d591d4c3dfef9ec88bf0d'),
+              ('train-labels-idx1-ubyte.gz',
+               '25c81989df183df01b3e8a0aad5dffbe')),
+    'test': (('t10k-images-idx3-ubyte.gz',
+              'bef4ecab320f06d8554ea6380940ec79'),
+             ('t10k-labels-idx1-ubyte.gz',
+              'bb300cfdad3c16e7a12a480ee83cd310')),
+}
+DOWNLOAD_TIMEOUT = 5  # seconds; a closed network must not stall a lesson
+_offline = False  # set after the first failed download in this process
+
+
+def data_dir():
+    """Where data sets are cached.
+
+    ``$D2LPAR_DATA`` if set; else ``../data`` as in the d2l book, when it
+    can be written; else a per-user cache (``$XDG_CACHE_HOME/d2lpar`` or
+    ``~/.cache/d2lpar``), e.g. for a read-only checkout on a shared server.
+    """
+    candidates = [os.environ.get('D2LPAR_DATA'), os.path.join('..', 'data'),
+                  os.path.join(os.environ.get('XDG_CACHE_HOME')
+                               or os.path.expanduser('~/.cache'), 'd2lpar')]
+    for d in candidates:
+        if not d:
+            continue
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(d, os.W_OK):
+            return os.path.abspath(d)
+    raise DataError(f'No writable data directory among {candidates[1:]}: '
+                    f'set D2LPAR_DATA to a folder you can write to.')
+
+
+def md5sum(path):
+    h = hashlib.md5()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(url, path, md5, timeout=DOWNLOAD_TIMEOUT):
+    """Fetch `url` to `path` atomically and check its MD5.
+
+    The bytes go to a temporary file in the same folder, which is renamed
+    over `path` only once its checksum is right, so a killed download
+    never leaves a half-written file under the real name. A lock file
+    makes concurrent processes wait for each other instead of fetching
+    twice. Raises OSError (network) or DataError (bad checksum).
+    """
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, '.lock'), 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path) and md5sum(path) == md5:
+            return path  # another process finished it while we waited
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix='.part-')
+        try:
+            with os.fdopen(fd, 'wb') as out, \
+                    urllib.request.urlopen(url, timeout=timeout) as src:
+                for block in iter(lambda: src.read(1 << 20), b''):
+                    out.write(block)
+            got = md5sum(tmp)
+            if got != md5:
+                raise DataError(f'{url} arrived with MD5 {got}, expected '
+                                f'{md5}: the download is damaged or the '
+                                f'mirror holds another file.')
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return path
+
+
+def read_idx(path):
+    """Read a gzipped IDX file (the MNIST format) into a NumPy array."""
+    try:
+        with gzip.open(path, 'rb') as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise DataError(f'{path} is not a readable gzip file ({e}). Delete '
+                        f'it and run again to fetch a fresh copy.') from e
+    if len(raw) < 4 or raw[:2] != b'\x00\x00' or raw[2] != 8:
+        raise DataError(f'{path} is not an IDX file of bytes (bad magic '
+                        f'number). Delete it and run again.')
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f'{path} is truncated (header). Delete it and run '
+                        f'again.')
+    shape = struct.unpack(f'>{ndim}I', raw[4:header])
+    size = int(np.prod(shape))
+    if len(raw) - header != size:
+        raise DataError(f'{path} holds {len(raw) - header} bytes of data, '
+                        f'its header promises {size}: the file is '
+                        f'truncated or corrupt. Delete it and run again.')
+    return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+
+
+def fetch_fashion_mnist(split, root=None):
+    """Return (images, labels) of the real Fashion-MNIST `split`, from the
+    cache or the network; None when offline and the files are missing."""
+    global _offline
+    folder = os.path.join(root or data_dir(), 'FashionMNIST', 'raw')
+    base = os.environ.get('D2LPAR_FASHION_MNIST_URL', FASHION_MNIST_URL)
+    paths = []
+    for name, md5 in FASHION_MNIST_FILES[split]:
+        path = os.path.join(folder, name)
+        paths.append(path)
+        cached = os.path.exists(path)
+        if cached and md5sum(path) == md5:
+            continue
+        problem = 'is corrupt or truncated' if cached else 'is missing'
+        if _offline or os.environ.get('D2LPAR_OFFLINE'):
+            error = 'offline'
+        else:
+            try:
+                download(base + name, path, md5)
+                continue
+            except (OSError, DataError) as e:
+                _offline = isinstance(e, OSError)
+                error = e
+        if cached:
+            raise DataError(f'{path} {problem} (checksum mismatch) and '
+                            f'could not be fetched again ({error}). Delete '
+                            f'it, or copy a good one there, and run again.')
+        return None
+    images, labels = (read_idx(p) for p in paths)
+    if len(images) != len(labels):
+        raise DataError(f'{paths[0]} has {len(images)} images but '
+                        f'{paths[1]} has {len(labels)} labels.')
+    return images, labels.astype(np.int64)
+
+
+def _templates():
+    """Ten fixed 28x28 class patterns for the stand-in data set."""
+    rng = np.random.default_rng(2024)
+    yy, xx = np.mgrid[0:28, 0:28]
+    out = np.zeros((10, 28, 28))
+    for c in range(10):
+        for _ in range(3):
+            cy, cx = rng.uniform(6, 22, 2)
+            sy, sx = rng.uniform(2, 7, 2)
+            out[c] += np.exp(-((yy - cy) / sy) ** 2 - ((xx - cx) / sx) ** 2)
+        out[c] /= out[c].max()
+    return out
+
+
+def stand_in_fashion_mnist(n, seed):
+    """A deterministic 28x28, ten-class stand-in for Fashion-MNIST.
+
+    Each class is a fixed pattern of blobs; an example is its class
+    pattern shifted by up to two pixels, dimmed, and covered in noise, so
+    a small CNN learns it well above chance but not perfectly.
+    """
+    rng = np.random.default_rng(seed)
+    padded = np.pad(_templates(), ((0, 0), (2, 2), (2, 2)))
+    y = rng.integers(0, 10, n)
+    dy, dx = rng.integers(0, 5, (2, n))
+    rows = dy[:, None] + np.arange(28)[None, :]
+    cols = dx[:, None] + np.arange(28)[None, :]
+    X = padded[y[:, None, None], rows[:, :, None], cols[:, None, :]]
+    X = X * rng.uniform(0.5, 1.0, (n, 1, 1))
+    X = X + rng.normal(0, 0.35, X.shape)
+    X = (np.clip(X, 0, 1) * 255).astype(np.uint8)
+    return X, y.astype(np.int64)
+
+
+class DataIter:
+    """Minibatches of in-memory arrays, converted by `convert`.
+
+    No worker processes: the whole set sits in memory as float32, and a
+    batch is one NumPy gather, which is fast on a 2-core machine.
+    """
+
+    def __init__(self, X, y, batch_size, shuffle, convert, drop_last=False,
+                 seed=0):
+        if batch_size < 1:
+            raise ValueError(f'batch_size must be at least 1, got '
+                             f'{batch_size}.')
+        self.X, self.y, self.batch_size = X, y, batch_size
+        self.shuffle, self.convert = shuffle, convert
+        self.drop_last = drop_last
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self):
+        n, b = len(self.y), self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    def __iter__(self):
+        n = len(self.y)
+        order = self.rng.permutation(n) if self.shuffle else np.arange(n)
+        for i in range(len(self)):
+            idx = order[i * self.batch_size:(i + 1) * self.batch_size]
+            if self.shuffle:
+                idx = np.sort(idx)  # sequential gathers are faster
+            yield self.convert(self.X[idx], self.y[idx])
+
+
+@functools.lru_cache(maxsize=4)
+def fashion_mnist_arrays(num_train=None, num_test=None):
+    """(X_train, y_train, X_test, y_test, source): float32 images of shape
+    (n, 1, 28, 28) in [0, 1], int64 labels, and where they came from."""
+    train = fetch_fashion_mnist('train')
+    test = fetch_fashion_mnist('test') if train is not None else None
+    if train is None or test is None:
+        source = 'the stand-in data set'
+        say_once('Fashion-MNIST is not in the cache and cannot be downloaded '
+                 '(offline?): using a synthetic stand-in with 10 classes of '
+                 '28x28 images, made by d2lpar. Accuracies differ from the '
+                 "book's.")
+        n_tr, n_te = num_train or 60000, num_test or 10000
+        train = stand_in_fashion_mnist(n_tr, seed=0)
+        test = stand_in_fashion_mnist(n_te, seed=1)
+    else:
+        source = 'Fashion-MNIST'
+    arrays = []
+    for (X, y), n in ((train, num_train), (test, num_test)):
+        n = len(y) if n is None else min(n, len(y))
+        arrays.append((X[:n, None].astype(np.float32) / 255, y[:n]))
+    (X_tr, y_tr), (X_te, y_te) = arrays
+    say_once(f'Data: {source}, {len(y_tr)} training and {len(y_te)} test '
+             f'images.')
+    return X_tr, y_tr, X_te, y_te, source
+
+
+def load_data_fashion_mnist_with(convert, batch_size, num_train=None,
+                                 num_test=None):
+    X_tr, y_tr, X_te, y_te, _ = fashion_mnist_arrays(num_train, num_test)
+    return (DataIter(X_tr, y_tr, batch_size, True, convert, drop_last=True),
+            DataIter(X_te, y_te, batch_size, False, convert))

@@ -1,0 +1,249 @@
+"""d2lpar for MXNet: ``from d2lpar import mxnet as d2l``.
+
+The same public names, with the same signatures, as ``d2lpar.torch``.
+Everything runs on a CPU-only machine: where a lesson asks for more GPUs
+than there are, `try_devices` hands out the CPU contexts ``cpu(0)``,
+``cpu(1)``, ... as stand-ins (MXNet runs each on its own engine thread)
+and says so once.
+"""
+import os
+
+# All CPU contexts share a pool of temporary workspaces, 4 by default,
+# which can serialise stand-in devices. It must be set before MXNet loads.
+os.environ.setdefault('MXNET_CPU_TEMP_COPY', '16')
+
+from d2l import mxnet as _d2l  # noqa: E402
+from mxnet import autograd, gluon, np, npx  # noqa: E402
+
+from d2lpar import _common  # noqa: E402
+from d2lpar._common import (DataError, TrainResult, check_allreduce,  # noqa
+                            check_devices, check_split, data_dir,
+                            plot_timings, say_once)
+
+npx.set_np()
+
+__all__ = _common.SHARED + [
+    'Animator', 'Benchmark', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
+    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
+    'synchronize', 'train', 'train_batch', 'try_all_gpus', 'try_devices',
+    'try_gpu']
+
+# What d2l does well, reused as it is.
+Timer = _d2l.Timer
+Animator = _d2l.Animator
+sgd = _d2l.sgd
+
+
+# --------------------------------------------------------------------------
+# Devices
+# --------------------------------------------------------------------------
+def cpu():
+    """The CPU context ``cpu(0)``."""
+    return npx.cpu()
+
+
+def num_gpus():
+    """How many GPUs MXNet can see (0 with the CPU-only pip wheel)."""
+    return npx.num_gpus()
+
+
+def gpu(i=0):
+    """The `i`-th GPU; a ValueError if this machine has no such GPU."""
+    if not isinstance(i, int) or i < 0:
+        raise TypeError(f'A GPU index is an int >= 0, got {i!r}.')
+    if i >= num_gpus():
+        raise ValueError(f'There is no GPU {i}: this machine has '
+                         f'{num_gpus()} GPU(s). Use try_gpu({i}) to fall '
+                         f'back to the CPU.')
+    return npx.gpu(i)
+
+
+def try_gpu(i=0):
+    """The `i`-th GPU if it exists, else the CPU."""
+    return gpu(i) if i < num_gpus() else cpu()
+
+
+def try_all_gpus():
+    """All GPUs, or ``[cpu()]`` when there is none (never an empty list)."""
+    return [gpu(i) for i in range(num_gpus())] or [cpu()]
+
+
+def try_devices(num_devices):
+    """`num_devices` devices for a lesson: the first GPUs when there are
+    enough, else the CPU contexts cpu(0), cpu(1), ... as stand-ins (each
+    has its own engine thread), saying once what it fell back to."""
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(f'num_devices must be an int >= 1, got '
+                         f'{num_devices!r}.')
+    if num_gpus() >= num_devices:
+        return [gpu(i) for i in range(num_devices)]
+    names = ', '.join(f'cpu({i})' for i in range(num_devices))
+    say_once(_common.fallback_notice(num_devices, num_gpus(), names))
+    return [npx.cpu(i) for i in range(num_devices)]
+
+
+def synchronize(devices=None):
+    """Wait until all queued work is done. MXNet's engine runs every
+    operator asynchronously, on the CPU too; ``npx.waitall()`` waits for
+    all devices at once."""
+    if devices is not None:
+        check_devices(devices)
+    npx.waitall()
+
+
+class Benchmark(_common.Benchmark):
+    __doc__ = _common.Benchmark.__doc__
+    _synchronize = staticmethod(synchronize)
+
+
+# --------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------
+def _to_arrays(X, y):
+    return np.array(X), np.array(y.astype('int32'))
+
+
+def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
+    """Iterators over Fashion-MNIST (train, test), from the cache folder
+    `data_dir()`, downloading it when the network allows; offline, over a
+    synthetic stand-in with the same shapes, saying so once. `num_train`
+    and `num_test` keep only the first examples, for quick CPU runs."""
+    return _common.load_data_fashion_mnist_with(
+        _to_arrays, batch_size, num_train, num_test)
+
+
+# --------------------------------------------------------------------------
+# The toy network of the multi-GPU chapter
+# --------------------------------------------------------------------------
+def lenet_params(scale=0.1):
+    """Fresh parameters of the LeNet-style network, on the CPU."""
+    W1 = np.random.normal(scale=scale, size=(20, 1, 3, 3))
+    b1 = np.zeros(20)
+    W2 = np.random.normal(scale=scale, size=(50, 20, 5, 5))
+    b2 = np.zeros(50)
+    W3 = np.random.normal(scale=scale, size=(800, 128))
+    b3 = np.zeros(128)
+    W4 = np.random.normal(scale=scale, size=(128, 10))
+    b4 = np.zeros(10)
+    return [W1, b1, W2, b2, W3, b3, W4, b4]
+
+
+def lenet(X, params):
+    h1_conv = npx.convolution(data=X, weight=params[0], bias=params[1],
+                              kernel=(3, 3), num_filter=20)
+    h1_activation = npx.relu(h1_conv)
+    h1 = npx.pooling(data=h1_activation, pool_type='avg', kernel=(2, 2),
+                     stride=(2, 2))
+    h2_conv = npx.convolution(data=h1, weight=params[2], bias=params[3],
+                              kernel=(5, 5), num_filter=50)
+    h2_activation = npx.relu(h2_conv)
+    h2 = npx.pooling(data=h2_activation, pool_type='avg', kernel=(2, 2),
+                     stride=(2, 2))
+    h2 = h2.reshape(h2.shape[0], -1)
+    h3_linear = np.dot(h2, params[4]) + params[5]
+    h3 = npx.relu(h3_linear)
+    y_hat = np.dot(h3, params[6]) + params[7]
+    return y_hat
+
+
+loss = gluon.loss.SoftmaxCrossEntropyLoss()
+
+
+# --------------------------------------------------------------------------
+# Data parallelism from scratch
+# --------------------------------------------------------------------------
+def get_params(params, device):
+    new_params = [p.copyto(device) for p in params]
+    for p in new_params:
+        p.attach_grad()
+    return new_params
+
+
+def allreduce(data):
+    check_allreduce(data)
+    for i in range(1, len(data)):
+        data[0] += data[i].as_in_ctx(data[0].ctx)
+    for i in range(1, len(data)):
+        data[0].copyto(data[i])
+
+
+def _flat(x):
+    return x.reshape(-1)  # a copy in MXNet: _unflat writes it back
+
+
+def _copy_like(src, dst):
+    return src.as_in_ctx(dst.ctx)
+
+
+def _unflat(flat, x):
+    flat.reshape(x.shape).copyto(x)
+
+
+def ring_allreduce(data):
+    """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
+    reduce-scatter, then all-gather, over chunks of the flattened data."""
+    check_allreduce(data)
+    _common.ring_allreduce_with(data, _flat, _copy_like, _unflat)
+
+
+def split_batch(X, y, devices):
+    devices = check_split(len(X), len(y), devices)
+    return (gluon.utils.split_and_load(X, devices, even_split=False),
+            gluon.utils.split_and_load(y, devices, even_split=False))
+
+
+def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    X_shards, y_shards = split_batch(X, y, devices)
+    with autograd.record():  # Each device computes the loss on its shard
+        ls = [loss(lenet(X_shard, params), y_shard)
+              for X_shard, y_shard, params in zip(
+                  X_shards, y_shards, device_params)]
+    for l in ls:  # ...and backpropagates it, independently of the others
+        l.backward()
+    # Sum each gradient over all devices and give every device the sum
+    for i in range(len(device_params[0])):
+        reduce([params[i].grad for params in device_params])
+    # Every device applies the same update to its own copy of the model
+    for params in device_params:
+        sgd(params, lr, X.shape[0])  # divide by the size of the whole batch
+
+
+def evaluate_accuracy(net, data_iter, device=None):
+    device = try_gpu() if device is None else device
+    correct, total = 0, 0
+    for X, y in data_iter:
+        X, y = X.as_in_ctx(device), y.as_in_ctx(device)
+        y_hat = net(X).argmax(axis=1).astype(y.dtype)
+        correct += (y_hat == y).sum()  # stays on the device: no waiting
+        total += y.size
+    return float(correct) / total
+
+
+def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
+          num_test=None, params=None, reduce=allreduce, plot=True):
+    train_iter, test_iter = load_data_fashion_mnist(
+        batch_size, num_train, num_test)
+    devices = try_devices(num_gpus)
+    params = lenet_params() if params is None else params
+    # Copy the model parameters to every device
+    device_params = [get_params(params, d) for d in devices]
+    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
+                        ylim=[0, 1]) if plot else None
+    timer, accs, num_examples = Timer(), [], 0
+    for epoch in range(num_epochs):
+        timer.start()
+        for X, y in train_iter:
+            train_batch(X, y, device_params, devices, lr, reduce)
+            num_examples += len(y)
+        synchronize(devices)  # wait once per epoch, not once per batch
+        timer.stop()
+        # Evaluate on the first device only: simple, though the others idle
+        accs.append(evaluate_accuracy(
+            lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
+        if animator:
+            animator.add(epoch + 1, (accs[-1],))
+    result = TrainResult(accs[-1], timer.avg(), [str(d) for d in devices],
+                         num_epochs, num_examples // num_epochs, accs)
+    print(result)
+    return result

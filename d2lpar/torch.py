@@ -1,0 +1,251 @@
+"""d2lpar for PyTorch: ``from d2lpar import torch as d2l``.
+
+The same public names, with the same signatures, as ``d2lpar.mxnet``.
+Everything runs on a CPU-only machine: where a lesson asks for more GPUs
+than there are, `try_devices` hands out CPU stand-ins and says so once.
+"""
+import torch
+from d2l import torch as _d2l
+from torch import nn
+from torch.nn import functional as F
+
+from d2lpar import _common
+from d2lpar._common import (DataError, TrainResult, check_allreduce,  # noqa
+                            check_devices, check_split, data_dir,
+                            plot_timings, say_once)
+
+__all__ = _common.SHARED + [
+    'Animator', 'Benchmark', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
+    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
+    'synchronize', 'train', 'train_batch', 'try_all_gpus', 'try_devices',
+    'try_gpu']
+
+# What d2l does well, reused as it is.
+Timer = _d2l.Timer
+Animator = _d2l.Animator
+sgd = _d2l.sgd
+
+
+# --------------------------------------------------------------------------
+# Devices
+# --------------------------------------------------------------------------
+def cpu():
+    """The CPU device."""
+    return torch.device('cpu')
+
+
+def num_gpus():
+    """How many GPUs PyTorch can see."""
+    return torch.cuda.device_count()
+
+
+def gpu(i=0):
+    """The `i`-th GPU; a ValueError if this machine has no such GPU."""
+    if not isinstance(i, int) or i < 0:
+        raise TypeError(f'A GPU index is an int >= 0, got {i!r}.')
+    if i >= num_gpus():
+        raise ValueError(f'There is no GPU {i}: this machine has '
+                         f'{num_gpus()} GPU(s). Use try_gpu({i}) to fall '
+                         f'back to the CPU.')
+    return torch.device(f'cuda:{i}')
+
+
+def try_gpu(i=0):
+    """The `i`-th GPU if it exists, else the CPU."""
+    return gpu(i) if i < num_gpus() else cpu()
+
+
+def try_all_gpus():
+    """All GPUs, or ``[cpu()]`` when there is none (never an empty list)."""
+    return [gpu(i) for i in range(num_gpus())] or [cpu()]
+
+
+def try_devices(num_devices):
+    """`num_devices` devices for a lesson: the first GPUs when there are
+    enough, else `num_devices` CPU stand-ins (here all the CPU device:
+    PyTorch has one CPU device), saying once what it fell back to."""
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(f'num_devices must be an int >= 1, got '
+                         f'{num_devices!r}.')
+    if num_gpus() >= num_devices:
+        return [gpu(i) for i in range(num_devices)]
+    say_once(_common.fallback_notice(num_devices, num_gpus(),
+                                     f"{num_devices} x device('cpu')"))
+    return [cpu()] * num_devices
+
+
+def synchronize(devices=None):
+    """Wait until `devices` (default: all GPUs) finish their queued work.
+
+    CUDA kernels run asynchronously; CPU operators in PyTorch return when
+    they are done, so there is nothing to wait for on the CPU."""
+    for d in try_all_gpus() if devices is None else check_devices(devices):
+        d = torch.device(d)
+        if d.type == 'cuda':
+            torch.cuda.synchronize(d)
+
+
+class Benchmark(_common.Benchmark):
+    __doc__ = _common.Benchmark.__doc__
+    _synchronize = staticmethod(synchronize)
+
+
+# --------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------
+def _to_tensors(X, y):
+    X, y = torch.from_numpy(X), torch.from_numpy(y)
+    if torch.cuda.is_available():  # pinned memory allows non_blocking copies
+        X, y = X.pin_memory(), y.pin_memory()
+    return X, y
+
+
+def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
+    """Iterators over Fashion-MNIST (train, test), from the cache folder
+    `data_dir()`, downloading it when the network allows; offline, over a
+    synthetic stand-in with the same shapes, saying so once. `num_train`
+    and `num_test` keep only the first examples, for quick CPU runs."""
+    return _common.load_data_fashion_mnist_with(
+        _to_tensors, batch_size, num_train, num_test)
+
+
+# --------------------------------------------------------------------------
+# The toy network of the multi-GPU chapter
+# --------------------------------------------------------------------------
+def lenet_params(scale=0.1):
+    """Fresh parameters of the LeNet-style network, on the CPU."""
+    W1 = torch.randn(size=(20, 1, 3, 3)) * scale
+    b1 = torch.zeros(20)
+    W2 = torch.randn(size=(50, 20, 5, 5)) * scale
+    b2 = torch.zeros(50)
+    W3 = torch.randn(size=(800, 128)) * scale
+    b3 = torch.zeros(128)
+    W4 = torch.randn(size=(128, 10)) * scale
+    b4 = torch.zeros(10)
+    return [W1, b1, W2, b2, W3, b3, W4, b4]
+
+
+def lenet(X, params):
+    h1_conv = F.conv2d(input=X, weight=params[0], bias=params[1])
+    h1_activation = F.relu(h1_conv)
+    h1 = F.avg_pool2d(input=h1_activation, kernel_size=(2, 2), stride=(2, 2))
+    h2_conv = F.conv2d(input=h1, weight=params[2], bias=params[3])
+    h2_activation = F.relu(h2_conv)
+    h2 = F.avg_pool2d(input=h2_activation, kernel_size=(2, 2), stride=(2, 2))
+    h2 = h2.reshape(h2.shape[0], -1)
+    h3_linear = torch.mm(h2, params[4]) + params[5]
+    h3 = F.relu(h3_linear)
+    y_hat = torch.mm(h3, params[6]) + params[7]
+    return y_hat
+
+
+loss = nn.CrossEntropyLoss(reduction='none')
+
+
+# --------------------------------------------------------------------------
+# Data parallelism from scratch
+# --------------------------------------------------------------------------
+def get_params(params, device):
+    new_params = [p.detach().to(device, copy=True) for p in params]
+    for p in new_params:
+        p.requires_grad_()
+    return new_params
+
+
+def _memory(x):
+    return (str(x.device), x.data_ptr()) if x.numel() else id(x)
+
+
+def allreduce(data):
+    check_allreduce(data, memory_of=_memory)
+    with torch.no_grad():
+        for i in range(1, len(data)):
+            data[0] += data[i].to(data[0].device)
+        for i in range(1, len(data)):
+            data[i].copy_(data[0])
+
+
+def _flat(x):
+    if not x.is_contiguous():
+        raise ValueError('ring_allreduce works on contiguous tensors: call '
+                         '.contiguous() on them first.')
+    return x.view(-1)
+
+
+def _copy_like(src, dst):
+    return src.to(dst.device, non_blocking=dst.device.type == 'cuda')
+
+
+def ring_allreduce(data):
+    """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
+    reduce-scatter, then all-gather, over chunks of the flattened data."""
+    check_allreduce(data, memory_of=_memory)
+    with torch.no_grad():
+        _common.ring_allreduce_with(data, _flat, _copy_like)
+
+
+def split_batch(X, y, devices):
+    devices = check_split(len(X), len(y), devices)
+    k = len(devices)
+    return ([x.to(d, non_blocking=True)
+             for x, d in zip(X.tensor_split(k), devices)],
+            [t.to(d, non_blocking=True)
+             for t, d in zip(y.tensor_split(k), devices)])
+
+
+def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    X_shards, y_shards = split_batch(X, y, devices)
+    # Each device computes the loss on its own shard...
+    ls = [loss(lenet(X_shard, params), y_shard).sum()
+          for X_shard, y_shard, params in zip(
+              X_shards, y_shards, device_params)]
+    for l in ls:  # ...and backpropagates it, independently of the others
+        l.backward()
+    # Sum each gradient over all devices and give every device the sum
+    with torch.no_grad():
+        for i in range(len(device_params[0])):
+            reduce([params[i].grad for params in device_params])
+    # Every device applies the same update to its own copy of the model
+    for params in device_params:
+        sgd(params, lr, X.shape[0])  # divide by the size of the whole batch
+
+
+def evaluate_accuracy(net, data_iter, device=None):
+    device = try_gpu() if device is None else device
+    correct, total = 0, 0
+    with torch.no_grad():
+        for X, y in data_iter:
+            X, y = X.to(device), y.to(device)
+            correct += (net(X).argmax(axis=1) == y).sum()  # stays on device
+            total += y.numel()
+    return float(correct) / total
+
+
+def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
+          num_test=None, params=None, reduce=allreduce, plot=True):
+    train_iter, test_iter = load_data_fashion_mnist(
+        batch_size, num_train, num_test)
+    devices = try_devices(num_gpus)
+    params = lenet_params() if params is None else params
+    # Copy the model parameters to every device
+    device_params = [get_params(params, d) for d in devices]
+    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
+                        ylim=[0, 1]) if plot else None
+    timer, accs, num_examples = Timer(), [], 0
+    for epoch in range(num_epochs):
+        timer.start()
+        for X, y in train_iter:
+            train_batch(X, y, device_params, devices, lr, reduce)
+            num_examples += len(y)
+        synchronize(devices)  # wait once per epoch, not once per batch
+        timer.stop()
+        # Evaluate on the first device only: simple, though the others idle
+        accs.append(evaluate_accuracy(
+            lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
+        if animator:
+            animator.add(epoch + 1, (accs[-1],))
+    result = TrainResult(accs[-1], timer.avg(), [str(d) for d in devices],
+                         num_epochs, num_examples // num_epochs, accs)
+    print(result)
+    return result
