@@ -206,7 +206,7 @@ def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
         reduce([params[i].grad for params in device_params])
     # Every device applies the same update to its own copy of the model
     for params in device_params:
-        sgd(params, lr, X.shape[0])  # divide by the size of the whole batch
+        sgd(params, lr, X.shape[0])  # divide by the whole batch size
 
 
 def evaluate_accuracy(net, data_iter, device=None):

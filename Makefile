@@ -1,0 +1,52 @@
+# Every target that needs Python builds .venv first (once: a stamp file
+# remembers that the pins were installed, and a second run installs nothing).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+# One data cache for the lessons and the tests (see README, "Data").
+export D2LPAR_DATA ?= $(CURDIR)/data
+PYTEST_FLAGS ?= -n 2 --dist loadscope -p no:cacheprovider
+NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
+	--sanitize-with tests/nbval_sanitize.cfg
+
+.PHONY: venv lab test test-unit test-notebooks notebooks check-notebooks \
+	figures clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check \
+		-r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
+		--no-build-isolation -e .
+	touch $(STAMP)
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
+
+# Regenerate notebooks/<lang>/<framework>/*.ipynb from notebooks/<lang>/*.md
+notebooks:
+	$(PYTHON) tools/notebooks.py build
+
+# Fails when a committed notebook does not match its source (stdlib only).
+check-notebooks:
+	$(PYTHON) tools/notebooks.py check
+
+# Redraw the SVG pictures of the lessons (notebooks/img/).
+figures: $(STAMP)
+	$(PY) tools/figures.py
+
+# Package tests, then every notebook under nbval, in one pytest run.
+test: $(STAMP) check-notebooks
+	$(PY) -m pytest tests notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests $(PYTEST_FLAGS)
+
+test-notebooks: $(STAMP)
+	$(PY) -m pytest notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,277 @@
+"""The public API: one package, two backends with the same names and
+signatures; devices on a machine without a GPU; timing and plotting."""
+import inspect
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import get_backend
+
+
+# --------------------------------------------------------------------------
+# One API, two backends
+# --------------------------------------------------------------------------
+def test_importing_d2lpar_imports_no_framework():
+    code = ('import sys, d2lpar, d2lpar._common; '
+            'print(sorted(m for m in ("torch", "mxnet", "d2l") '
+            'if m in sys.modules))')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert out.strip() == '[]'
+
+
+def test_backends_export_the_same_names():
+    torch_names = get_backend('torch').module.__all__
+    mxnet_names = get_backend('mxnet').module.__all__
+    assert set(torch_names) == set(mxnet_names)
+    assert len(torch_names) == len(set(torch_names))  # no duplicates
+
+
+def test_every_exported_name_exists(backend):
+    missing = [n for n in backend.module.__all__
+               if not hasattr(backend.module, n)]
+    assert missing == []
+
+
+def _comparable(sig):
+    params = []
+    for p in sig.parameters.values():
+        if p.default is inspect.Parameter.empty:
+            default = '<no default>'
+        elif inspect.isfunction(p.default):  # e.g. reduce=allreduce
+            default = ('function', p.default.__name__)
+        else:
+            default = repr(p.default)
+        params.append((p.name, p.kind, default))
+    return params
+
+
+def _public_callables():
+    module = get_backend('torch').module
+    return sorted(n for n in module.__all__
+                  if inspect.isfunction(getattr(module, n))
+                  or inspect.isclass(getattr(module, n)))
+
+
+@pytest.mark.parametrize('name', _public_callables())
+def test_same_signature_in_both_backends(name):
+    a = getattr(get_backend('torch').module, name)
+    b = getattr(get_backend('mxnet').module, name)
+    try:
+        sig_a = inspect.signature(a)
+    except ValueError:  # e.g. an exception class: must be the same class
+        assert a is b
+        return
+    assert _comparable(sig_a) == _comparable(inspect.signature(b))
+
+
+@pytest.mark.parametrize('name', ['DataError', 'TrainResult', 'data_dir',
+                                  'plot_timings', 'say_once'])
+def test_shared_names_are_the_same_objects(name):
+    from d2lpar import _common
+    assert getattr(get_backend('torch').module, name) is \
+        getattr(_common, name)
+    assert getattr(get_backend('mxnet').module, name) is \
+        getattr(_common, name)
+
+
+def test_loss_gives_the_same_per_example_numbers_in_both_backends():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(5, 10)).astype(np.float32)
+    labels = np.array([0, 3, 9, 3, 1])
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    expected = -(shifted[np.arange(5), labels]
+                 - np.log(np.exp(shifted).sum(axis=1)))
+    for name, label_dtype in (('torch', np.int64), ('mxnet', np.int32)):
+        b = get_backend(name)
+        got = b.numpy(b.loss(b.array(logits),
+                             b.array(labels.astype(label_dtype))))
+        assert got.shape == (5,)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------
+# Devices on a machine without a GPU
+# --------------------------------------------------------------------------
+def test_num_gpus_is_zero(backend):
+    assert backend.num_gpus() == 0
+
+
+def test_try_all_gpus_falls_back_to_the_cpu(backend):
+    devices = backend.try_all_gpus()
+    assert devices == [backend.cpu()]
+    assert backend.is_cpu(devices[0])
+
+
+def test_try_gpu_is_the_cpu(backend):
+    assert backend.try_gpu() == backend.cpu()
+    assert backend.try_gpu(3) == backend.cpu()
+
+
+@pytest.mark.parametrize('i', [0, 1])
+def test_gpu_that_does_not_exist_raises_value_error(backend, i):
+    with pytest.raises(ValueError, match=f'There is no GPU {i}.*0 GPU'):
+        backend.gpu(i)
+
+
+@pytest.mark.parametrize('i', [-1, 'a', 1.0, None])
+def test_gpu_with_a_bad_index_raises_type_error(backend, i):
+    with pytest.raises(TypeError, match=r'int >= 0'):
+        backend.gpu(i)
+
+
+@pytest.mark.parametrize('k', [1, 2, 3])
+def test_try_devices_gives_k_cpu_stand_ins(backend, k):
+    devices = backend.try_devices(k)
+    assert devices == backend.stand_ins(k)
+    assert all(backend.is_cpu(d) for d in devices)
+
+
+def test_try_devices_says_once_what_it_fell_back_to(backend, common,
+                                                   capsys):
+    assert len(backend.try_devices(3)) == 3
+    assert len(backend.try_devices(3)) == 3
+    out = capsys.readouterr().out
+    assert out.count('No GPU found, 3 devices requested') == 1
+    assert out.count('CPU stand-ins') == 1
+    assert 'results are correct but there is no speedup' in out
+
+
+@pytest.mark.parametrize('k', [0, -2, 2.0, '2', None])
+def test_try_devices_rejects_a_bad_count(backend, k):
+    with pytest.raises(ValueError, match='num_devices must be an int >= 1'):
+        backend.try_devices(k)
+
+
+def test_synchronize(backend):
+    x = backend.array(np.ones((50, 50), np.float32))
+    y = x @ x if backend.name == 'torch' else backend.module.np.dot(x, x)
+    assert backend.synchronize() is None
+    assert backend.synchronize(backend.try_devices(2)) is None
+    np.testing.assert_array_equal(backend.numpy(y), np.full((50, 50), 50.0))
+    with pytest.raises(ValueError, match='empty'):
+        backend.synchronize([])
+    with pytest.raises(TypeError, match='list of devices'):
+        backend.synchronize('cpu')
+
+
+# --------------------------------------------------------------------------
+# Benchmark
+# --------------------------------------------------------------------------
+@pytest.fixture
+def records(monkeypatch):
+    from d2lpar import _common
+    fresh = []
+    monkeypatch.setattr(_common.Benchmark, 'records', fresh)
+    return fresh
+
+
+def test_benchmark_records_and_prints(backend, records, capsys):
+    with backend.Benchmark('tiny step') as b:
+        time.sleep(0.01)
+    assert records == [('tiny step', b.seconds)]
+    assert b.seconds >= 0.01
+    out = capsys.readouterr().out
+    assert re.fullmatch(r'tiny step: \d+\.\d{4} sec\n', out), out
+    assert float(out.split()[-2]) == pytest.approx(b.seconds, abs=1e-4)
+    with backend.Benchmark() as b2:
+        pass
+    assert records[-1] == ('Done', b2.seconds)
+    assert backend.Benchmark.last('tiny step') == b.seconds
+
+
+def test_benchmark_last_gives_the_latest_measurement(backend, records):
+    records.extend([('a', 1.0), ('b', 2.0), ('a', 0.5)])
+    assert backend.Benchmark.last('a') == 0.5
+    assert backend.Benchmark.last('b') == 2.0
+
+
+def test_benchmark_last_of_an_unknown_name(backend, records):
+    with pytest.raises(KeyError, match="Nothing was measured as 'nope' yet"):
+        backend.Benchmark.last('nope')
+
+
+def test_benchmark_does_not_record_a_failed_block(backend, records, capsys):
+    with pytest.raises(RuntimeError):
+        with backend.Benchmark('fails'):
+            raise RuntimeError('boom')
+    assert records == []
+    assert capsys.readouterr().out == ''
+
+
+def test_benchmark_waits_for_the_devices_on_enter_and_exit(
+        backend, records, monkeypatch):
+    calls = []
+
+    def fake_synchronize(devices):
+        calls.append(list(devices))
+        # The wait on entry must happen before the clock starts, the wait
+        # on exit before it stops.
+        time.sleep(0.5 if len(calls) == 1 else 0.05)
+
+    monkeypatch.setattr(backend.Benchmark, '_synchronize',
+                        staticmethod(fake_synchronize))
+    devices = backend.try_devices(2)
+    with backend.Benchmark('synced', devices=devices) as b:
+        assert len(calls) == 1
+    assert calls == [devices, devices]
+    assert 0.05 <= b.seconds < 0.5
+
+
+def test_benchmark_without_devices_does_not_synchronize(backend, records,
+                                                        monkeypatch):
+    calls = []
+    monkeypatch.setattr(backend.Benchmark, '_synchronize',
+                        staticmethod(calls.append))
+    with backend.Benchmark('unsynced'):
+        pass
+    assert calls == []
+
+
+def test_benchmark_really_synchronizes_the_backend(backend, records):
+    x = backend.array(np.ones((200, 200), np.float32))
+    with backend.Benchmark('matmul', devices=backend.try_devices(2)):
+        y = x @ x if backend.name == 'torch' else \
+            backend.module.np.dot(x, x)
+    assert records[-1][0] == 'matmul'
+    assert backend.numpy(y)[0, 0] == 200.0
+
+
+def test_benchmark_rejects_an_empty_device_list(backend):
+    with pytest.raises(ValueError, match='device list is empty'):
+        backend.Benchmark('x', devices=[])
+    with pytest.raises(TypeError, match='list of devices'):
+        backend.Benchmark('x', devices='cpu')
+
+
+# --------------------------------------------------------------------------
+# plot_timings
+# --------------------------------------------------------------------------
+def test_plot_timings_returns_what_it_drew(backend, records):
+    import matplotlib.pyplot as plt
+    records.extend([('cpu', 0.5), ('gpu', 0.25), ('cpu', 0.75)])
+    _, ax = plt.subplots()
+    times = backend.plot_timings(['cpu', 'gpu'], sum_of=('cpu', 'gpu'),
+                                 title='both', ax=ax)
+    assert times == {'cpu': 0.75, 'gpu': 0.25, 'cpu + gpu': 1.0}
+    assert list(times) == ['cpu', 'gpu', 'cpu + gpu']
+    assert len(ax.patches) == 3
+    widths = sorted(p.get_width() for p in ax.patches)
+    assert widths == pytest.approx([0.25, 0.75, 1.0])
+    assert ax.get_title() == 'both'
+    assert ax.get_xlim()[1] == pytest.approx(1.2)
+
+
+def test_plot_timings_without_a_sum(backend, records):
+    records.extend([('a', 0.1), ('b', 0.3)])
+    assert backend.plot_timings(['a', 'b']) == {'a': 0.1, 'b': 0.3}
+
+
+def test_plot_timings_of_an_unmeasured_name(backend, records):
+    records.append(('a', 0.1))
+    with pytest.raises(KeyError, match="Nothing was measured as 'b'"):
+        backend.plot_timings(['a', 'b'])

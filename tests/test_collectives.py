@@ -1,0 +1,264 @@
+"""allreduce, ring_allreduce and split_batch: exact sums and shards on every
+device, and clear errors that leave the data untouched."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes
+
+REDUCES = ['allreduce', 'ring_allreduce']
+
+
+def _values(shape, k, dtype, seed=0):
+    """k arrays of `shape` whose sums are exact in float32 and int32."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-1000, 1000, size=shape).astype(dtype)
+            for _ in range(k)]
+
+
+def _on_devices(backend, values, devices):
+    return [backend.array(v, d) for v, d in zip(values, devices)]
+
+
+def _check_summed(backend, data, values, devices):
+    expected = np.sum(values, axis=0).astype(values[0].dtype)
+    assert len(data) == len(devices)
+    for x, d in zip(data, devices):
+        got = backend.numpy(x)
+        assert got.dtype == values[0].dtype
+        assert got.shape == values[0].shape
+        np.testing.assert_array_equal(got, expected)
+        assert backend.device_of(x) == d
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+@pytest.mark.parametrize('dtype', ['float32', 'int32'])
+@pytest.mark.parametrize('shape', [(7,), (3, 5), (1,), (2, 3, 4), (0,)])
+@pytest.mark.parametrize('k', [1, 2, 3, 5])
+def test_reduce_leaves_the_sum_on_every_device(backend, reduce, dtype,
+                                               shape, k):
+    devices = backend.try_devices(k)
+    values = _values(shape, k, dtype)
+    data = _on_devices(backend, values, devices)
+    originals = list(data)
+    assert getattr(backend, reduce)(data) is None
+    # In place: the same array objects, summed
+    assert all(x is o for x, o in zip(data, originals))
+    _check_summed(backend, data, values, devices)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_accepts_a_tuple(backend, reduce):
+    devices = backend.try_devices(3)
+    values = _values((4, 2), 3, 'float32')
+    data = tuple(_on_devices(backend, values, devices))
+    getattr(backend, reduce)(data)
+    _check_summed(backend, data, values, devices)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_the_gradients_of_get_params_copies(backend, reduce):
+    """What train_batch reduces: the grads of per-device copies."""
+    devices = backend.try_devices(3)
+    params = [backend.array(np.ones((2, 3), np.float32))]
+    copies = [backend.get_params(params, d) for d in devices]
+    for i, (p,) in enumerate(copies):
+        assert backend.device_of(p) == devices[i]
+    grads = [p.grad for (p,) in copies]
+    if backend.name == 'torch':
+        for i, (p,) in enumerate(copies):
+            (p * (i + 1)).sum().backward()
+        grads = [p.grad for (p,) in copies]
+    else:
+        from mxnet import autograd
+        for i, (p,) in enumerate(copies):
+            with autograd.record():
+                loss = (p * (i + 1)).sum()
+            loss.backward()
+    getattr(backend, reduce)(grads)
+    for (p,), d in zip(copies, devices):
+        np.testing.assert_array_equal(backend.numpy(p.grad),
+                                      np.full((2, 3), 6.0, np.float32))
+        assert backend.device_of(p.grad) == d
+
+
+# --------------------------------------------------------------------------
+# Errors, which must leave the data as it was
+# --------------------------------------------------------------------------
+def _snapshot(backend, data):
+    return [backend.numpy(x).copy() for x in data]
+
+
+def _assert_unchanged(backend, data, before):
+    for x, b in zip(data, before):
+        np.testing.assert_array_equal(backend.numpy(x), b)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_different_shapes(backend, reduce):
+    devices = backend.try_devices(3)
+    data = [backend.array(np.ones(s, np.float32), d)
+            for s, d in zip([(2, 3), (2, 3), (3, 2)], devices)]
+    before = _snapshot(backend, data)
+    with pytest.raises(ValueError, match=r'arrays of one shape.*'
+                       r'\[\(2, 3\), \(2, 3\), \(3, 2\)\]'):
+        getattr(backend, reduce)(data)
+    _assert_unchanged(backend, data, before)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_different_dtypes(backend, reduce):
+    devices = backend.try_devices(2)
+    data = [backend.array(np.ones(4, np.float32), devices[0]),
+            backend.array(np.ones(4, np.int32), devices[1])]
+    before = _snapshot(backend, data)
+    with pytest.raises(TypeError, match=r'arrays of one dtype.*float32.*'
+                       r'int32'):
+        getattr(backend, reduce)(data)
+    _assert_unchanged(backend, data, before)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_an_empty_list(backend, reduce):
+    with pytest.raises(ValueError, match='empty list'):
+        getattr(backend, reduce)([])
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_a_single_array_instead_of_a_list(backend, reduce):
+    x = backend.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(TypeError, match='expects a list with one array per '
+                       'device'):
+        getattr(backend, reduce)(x)
+    np.testing.assert_array_equal(backend.numpy(x),
+                                  np.arange(6).reshape(2, 3))
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_the_same_array_twice(backend, reduce):
+    devices = backend.try_devices(2)
+    x, y = _on_devices(backend, _values((5,), 2, 'float32'), devices)
+    data = [x, y, x]
+    before = _snapshot(backend, data)
+    with pytest.raises(ValueError, match=r'data\[0\] and data\[2\] share '
+                       r'memory'):
+        getattr(backend, reduce)(data)
+    _assert_unchanged(backend, data, before)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_two_arrays_sharing_memory(backend, reduce):
+    """A second array object over the same memory (x.detach(), as a
+    careless copy of a gradient would be) is counted twice just the same:
+    with three copies of x allreduce would leave 4x instead of 3x."""
+    x = backend.array(np.arange(4, dtype=np.float32))
+    data = [x, backend.view(x), backend.view(x)]
+    before = _snapshot(backend, data)
+    with pytest.raises(ValueError, match=r'data\[0\] and data\[1\] share '
+                       r'memory'):
+        getattr(backend, reduce)(data)
+    _assert_unchanged(backend, data, before)
+
+
+def test_ring_allreduce_of_transposed_arrays(backend):
+    devices = backend.try_devices(2)
+    values = _values((3, 4), 2, 'float32')
+    data = [backend.array(v, d).T for v, d in zip(values, devices)]
+    before = _snapshot(backend, data)
+    if backend.name == 'torch':  # a view with strides: refused, untouched
+        with pytest.raises(ValueError, match=r'contiguous.*\.contiguous\(\)'):
+            backend.ring_allreduce(data)
+        _assert_unchanged(backend, data, before)
+    else:  # MXNet's .T is a contiguous copy
+        backend.ring_allreduce(data)
+        _check_summed(backend, data, [v.T for v in values], devices)
+
+
+# --------------------------------------------------------------------------
+# split_batch
+# --------------------------------------------------------------------------
+def _check_split(backend, X, y, X_np, y_np, devices):
+    X_shards, y_shards = backend.split_batch(X, y, devices)
+    assert len(X_shards) == len(y_shards) == len(devices)
+    sizes = [len(s) for s in X_shards]
+    assert sizes == [len(s) for s in y_shards]
+    assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1  # balanced
+    for xs, ys, d in zip(X_shards, y_shards, devices):
+        assert backend.device_of(xs) == d
+        assert backend.device_of(ys) == d
+    X_back = np.concatenate([backend.numpy(s) for s in X_shards])
+    y_back = np.concatenate([backend.numpy(s) for s in y_shards])
+    assert X_back.dtype == X_np.dtype and y_back.dtype == y_np.dtype
+    np.testing.assert_array_equal(X_back, X_np)
+    np.testing.assert_array_equal(y_back, y_np)
+    return sizes
+
+
+@pytest.mark.parametrize('n,k', [(12, 1), (12, 2), (12, 3), (7, 3), (7, 5),
+                                 (5, 5), (13, 5)])
+def test_split_batch(backend, n, k):
+    X_np = np.arange(n * 6, dtype=np.float32).reshape(n, 1, 2, 3)
+    y_np = np.arange(n, dtype=np.int32) % 10
+    devices = backend.try_devices(k)
+    sizes = _check_split(backend, backend.array(X_np), backend.array(y_np),
+                         X_np, y_np, devices)
+    assert sum(sizes) == n
+
+
+def test_split_batch_of_mismatched_lengths(backend):
+    X = backend.array(np.zeros((5, 3), np.float32))
+    y = backend.array(np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match='X has 5 examples but y has 4'):
+        backend.split_batch(X, y, backend.try_devices(2))
+
+
+@pytest.mark.parametrize('n,k', [(2, 3), (4, 5), (1, 2)])
+def test_split_batch_of_fewer_examples_than_devices(backend, n, k):
+    X = backend.array(np.zeros((n, 3), np.float32))
+    y = backend.array(np.zeros(n, np.int32))
+    with pytest.raises(ValueError, match=f'Cannot split {n} examples over '
+                       f'{k} devices: each device needs at least one '
+                       f'example'):
+        backend.split_batch(X, y, backend.try_devices(k))
+
+
+def test_split_batch_over_no_device(backend):
+    X = backend.array(np.zeros((4, 3), np.float32))
+    y = backend.array(np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match='device list is empty'):
+        backend.split_batch(X, y, [])
+    with pytest.raises(TypeError, match='list of devices'):
+        backend.split_batch(X, y, None)
+
+
+# --------------------------------------------------------------------------
+# Properties over random shapes, dtypes and device counts
+# --------------------------------------------------------------------------
+dtypes = st.sampled_from(['float32', 'int32'])
+shapes = array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=6)
+
+
+@given(n=st.integers(0, 12), k=st.integers(1, 5),
+       feature_shape=array_shapes(min_dims=0, max_dims=2, max_side=4),
+       dtype=dtypes, seed=st.integers(0, 2 ** 16))
+def test_split_batch_property(backend, n, k, feature_shape, dtype, seed):
+    X_np = _values((n,) + feature_shape, 1, dtype, seed)[0]
+    y_np = _values((n,), 1, 'int32', seed + 1)[0]
+    devices = backend.try_devices(k)
+    X, y = backend.array(X_np), backend.array(y_np)
+    if n < k:
+        with pytest.raises(ValueError, match='at least one example'):
+            backend.split_batch(X, y, devices)
+    else:
+        _check_split(backend, X, y, X_np, y_np, devices)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+@given(shape=shapes, k=st.integers(1, 5), dtype=dtypes,
+       seed=st.integers(0, 2 ** 16))
+def test_reduce_property(backend, reduce, shape, k, dtype, seed):
+    devices = backend.try_devices(k)
+    values = _values(shape, k, dtype, seed)
+    data = _on_devices(backend, values, devices)
+    getattr(backend, reduce)(data)
+    _check_summed(backend, data, values, devices)

@@ -1,0 +1,198 @@
+"""Checks on the lesson notebooks that do not need a kernel.
+
+nbval runs the notebooks themselves (see the Makefile); these tests keep
+the four languages in step, catch prose left in the wrong language, and
+keep the functions a lesson defines identical to those of d2lpar.
+"""
+import ast
+import importlib
+import inspect
+import io
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import tokenize
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NB = ROOT / 'notebooks'
+sys.path.insert(0, str(ROOT / 'tools'))
+import notebooks as builder  # noqa: E402
+
+LANGS = list(builder.LANGS)
+CHAPTERS = sorted(p.stem for p in (NB / 'en').glob('*.md'))
+FRAMEWORKS = list(builder.FRAMEWORKS)
+BACKEND = {'pytorch': 'd2lpar.torch', 'mxnet': 'd2lpar.mxnet'}
+
+
+def load(lang, fw, chapter):
+    path = NB / lang / fw / f'{chapter}.ipynb'
+    assert path.exists(), f'{path} is missing: run `make notebooks`'
+    return json.loads(path.read_text(encoding='utf-8'))
+
+
+def code_skeleton(source):
+    """The tokens of a code cell without comments and string contents."""
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE,
+                        tokenize.INDENT, tokenize.DEDENT):
+            continue
+        if tok.type == tokenize.STRING or tok.type in (
+                getattr(tokenize, 'FSTRING_MIDDLE', -1), ):
+            out.append('<str>')
+            continue
+        out.append(tok.string)
+    return out
+
+
+def test_committed_notebooks_match_their_sources():
+    result = subprocess.run([sys.executable, str(ROOT / 'tools' /
+                                                  'notebooks.py'), 'check'],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize('lang', LANGS[1:])
+def test_every_chapter_exists_in_every_language(lang):
+    for chapter in CHAPTERS:
+        assert (NB / lang / f'{chapter}.md').exists(), \
+            f'notebooks/{lang}/{chapter}.md is missing'
+
+
+@pytest.mark.parametrize('lang', LANGS[1:])
+@pytest.mark.parametrize('chapter', CHAPTERS)
+@pytest.mark.parametrize('fw', FRAMEWORKS)
+def test_code_is_the_same_in_every_language(fw, chapter, lang):
+    ref = load('en', fw, chapter)['cells']
+    ref_types = [c['cell_type'] for c in ref]
+    ref_code = [code_skeleton(''.join(c['source'])) for c in ref
+                if c['cell_type'] == 'code']
+    ref_out = [c['outputs'] for c in ref if c['cell_type'] == 'code']
+    cells = load(lang, fw, chapter)['cells']
+    assert [c['cell_type'] for c in cells] == ref_types, \
+        f'{lang}/{fw}/{chapter}: the order of code and markdown cells ' \
+        f'differs from English'
+    code = [code_skeleton(''.join(c['source'])) for c in cells
+            if c['cell_type'] == 'code']
+    for n, (a, b) in enumerate(zip(ref_code, code)):
+        assert a == b, f'{lang}/{fw}/{chapter}: code cell {n} differs ' \
+                       f'from English'
+    outs = [c['outputs'] for c in cells if c['cell_type'] == 'code']
+    assert outs == ref_out, f'{lang}/{fw}/{chapter}: checked outputs ' \
+                            f'differ from English'
+
+
+ENGLISH = set('the and of to is are we that this with for it be by which '
+              'can not from each what they our their when more into than '
+              'but have has will there so if at or these you your its was '
+              'were been only also how does do'.split())
+NATIVE = {
+    'fr': set('le la les des du de et est une un que qui pour dans sur pas '
+              'nous avec ce cette sont par plus au aux ou en se il elle '
+              'on chaque leur mais donc'.split()),
+    'tr': set('ve bir bu için ile da de olarak çok daha her gibi ne ama '
+              'veya kadar sonra olan değil biz şu mi ki bu ise iki hem '
+              'ancak yani göre ya'.split()),
+}
+STRIP = [re.compile(p, re.S) for p in (
+    r'`[^`]*`', r'\$\$.*?\$\$', r'\$[^$]*\$', r'!\[[^\]]*\]\([^)]*\)',
+    r'\]\([^)]*\)', r'https?://\S+', r'<[^>]+>')]
+CJK = re.compile(r'[\u4e00-\u9fff]')
+
+
+def paragraph_language_problem(lang, text):
+    for pattern in STRIP:
+        text = pattern.sub(' ', text)
+    words = re.findall(r"[A-Za-zÀ-ÿğüşöçıİĞÜŞÖÇ']+", text.lower())
+    english = sum(w in ENGLISH for w in words)
+    if lang == 'zh':
+        native = len(CJK.findall(text)) // 2
+    else:
+        native = sum(w in NATIVE[lang] for w in words)
+    if english >= 3 and english > native:
+        return f'{english} English function words, {native} native'
+    if len(words) >= 8 and native == 0:
+        return 'no word of the language'
+    return None
+
+
+@pytest.mark.parametrize('lang', LANGS[1:])
+def test_prose_is_in_the_language_of_the_notebook(lang):
+    problems = []
+    for fw in FRAMEWORKS:
+        for chapter in CHAPTERS:
+            for cell in load(lang, fw, chapter)['cells']:
+                if cell['cell_type'] != 'markdown' or \
+                        'header' in cell['metadata'].get('tags', []):
+                    continue
+                text = ''.join(cell['source'])
+                for para in re.split(r'\n\s*\n', text):
+                    problem = paragraph_language_problem(lang, para)
+                    if problem:
+                        problems.append(f'{fw}/{chapter}: {problem}: '
+                                        f'{para[:70]!r}')
+    assert not problems, '\n'.join(problems)
+
+
+class _Normalise(ast.NodeTransformer):
+    """Drop docstrings and input checks; read `d2l.f` as `f`."""
+
+    def visit_Attribute(self, node):
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Name) and node.value.id == 'd2l':
+            return ast.copy_location(ast.Name(node.attr, node.ctx), node)
+        return node
+
+    def visit_FunctionDef(self, node):
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant):
+            body = body[1:]
+        node.body = [s for s in body if not _is_check(s)]
+        self.generic_visit(node)
+        return node
+
+
+def _is_check(stmt):
+    value = getattr(stmt, 'value', None)
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
+        and value.func.id.startswith('check_')
+
+
+def normalised(source):
+    tree = _Normalise().visit(ast.parse(source))
+    return ast.dump(tree.body[0])
+
+
+@pytest.mark.parametrize('chapter', CHAPTERS)
+@pytest.mark.parametrize('fw', FRAMEWORKS)
+def test_saved_functions_match_d2lpar(chapter, fw):
+    """A function marked #@save in a lesson is the one d2lpar ships (up to
+    docstrings and input checks), so the tested code is the taught code."""
+    module = importlib.import_module(BACKEND[fw])
+    found = 0
+    for cell in load('en', fw, chapter)['cells']:
+        source = ''.join(cell['source'])
+        if cell['cell_type'] != 'code' or '#@save' not in source:
+            continue
+        lines = source.splitlines()
+        for n, line in enumerate(lines):
+            if line.strip() != '#@save':
+                continue
+            block = [lines[n + 1]]
+            for more in lines[n + 2:]:
+                if more and not more[0].isspace():
+                    break
+                block.append(more)
+            tree = ast.parse('\n'.join(block))
+            name = tree.body[0].name
+            shipped = inspect.getsource(getattr(module, name))
+            assert normalised('\n'.join(block)) == normalised(shipped), \
+                f'{fw}/{chapter}: {name} differs from {BACKEND[fw]}.{name}'
+            found += 1
+    if chapter == 'multiple-gpus':
+        assert found >= 7

@@ -1,0 +1,201 @@
+"""Build the lesson notebooks from their plain-text sources.
+
+Usage::
+
+    python tools/notebooks.py build   # write notebooks/<lang>/<fw>/*.ipynb
+    python tools/notebooks.py check   # fail if a committed notebook is stale
+
+A source is ``notebooks/<lang>/<chapter>.md`` in the d2l book's markdown:
+
+- a code cell is a fence opened by ```` ```{.python .input} ```` whose first
+  line says which notebooks get it: ``#@tab pytorch``, ``#@tab mxnet`` or
+  ``#@tab all``. A line ``#@check`` makes nbval compare the cell's output
+  with the output block that follows it (``#@save`` marks a function that
+  d2lpar also defines; a test keeps the two the same).
+- an output block is a fence opened by ```` ```{.python .output} ````, with
+  its own ``#@tab`` line; it is the expected output of the code cell of
+  that framework just before it.
+- prose between ``:begin_tab:`pytorch``` and ``:end_tab:`` goes only to
+  that framework's notebook.
+
+Each notebook opens with a header linking the same lesson in the other
+languages and the other framework. Only the outputs of ``#@check`` cells
+are stored; nothing else that running a notebook changes.
+"""
+import json
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
+LANGS = {'en': 'English', 'fr': 'Français', 'tr': 'Türkçe', 'zh': '中文'}
+FRAMEWORKS = {'pytorch': 'PyTorch', 'mxnet': 'MXNet'}
+HEADER_WORDS = {'en': ('This lesson in', 'Framework'),
+                'fr': ('Cette leçon en', 'Framework'),
+                'tr': ('Bu ders şu dillerde', 'Çerçeve'),
+                'zh': ('本课的其他语言版本', '框架')}
+FENCE = re.compile(r'^```\{\.python \.(input|output)\}\s*$')
+TAB = re.compile(r'^#@tab (pytorch|mxnet|all)\s*$')
+BEGIN_TAB = re.compile(r'^:begin_tab:`(pytorch|mxnet)`\s*$')
+
+
+class SourceError(ValueError):
+    pass
+
+
+def parse(text, where):
+    """Split a source into blocks: ('md', fw|None, text) and
+    ('input'|'output', fw, lines)."""
+    blocks, prose, tab = [], [], None
+    lines = text.splitlines()
+    i = 0
+
+    def flush():
+        if ''.join(prose).strip():
+            blocks.append(('md', tab, '\n'.join(prose).strip('\n')))
+        prose.clear()
+
+    while i < len(lines):
+        line = lines[i]
+        m = FENCE.match(line)
+        if m:
+            flush()
+            end = i + 1
+            while end < len(lines) and lines[end] != '```':
+                end += 1
+            if end == len(lines):
+                raise SourceError(f'{where}:{i + 1}: unclosed code fence')
+            body = lines[i + 1:end]
+            t = TAB.match(body[0]) if body else None
+            if not t:
+                raise SourceError(f'{where}:{i + 2}: a fence must start '
+                                  f'with #@tab pytorch|mxnet|all')
+            blocks.append((m.group(1), t.group(1), body[1:]))
+            i = end + 1
+            continue
+        b = BEGIN_TAB.match(line)
+        if b:
+            flush()
+            tab = b.group(1)
+        elif line.strip() == ':end_tab:':
+            flush()
+            tab = None
+        elif line.startswith('## ') or line.startswith('# '):
+            flush()  # a heading starts a new markdown cell
+            prose.append(line)
+        else:
+            prose.append(line)
+        i += 1
+    flush()
+    return blocks
+
+
+def header(lang, fw, chapter):
+    links = ' · '.join(
+        f'**{name}**' if code == lang else
+        f'[{name}](../../{code}/{fw}/{chapter}.ipynb)'
+        for code, name in LANGS.items())
+    other = [f for f in FRAMEWORKS if f != fw][0]
+    words = HEADER_WORDS[lang]
+    return (f'{words[0]}: {links}  \n{words[1]}: **{FRAMEWORKS[fw]}** · '
+            f'[{FRAMEWORKS[other]}](../{other}/{chapter}.ipynb)')
+
+
+def notebook(blocks, lang, fw, chapter):
+    cells = [{'cell_type': 'markdown', 'metadata': {'tags': ['header']},
+              'source': header(lang, fw, chapter)}]
+    for kind, tab, body in blocks:
+        if tab not in (None, 'all', fw):
+            continue
+        if kind == 'md':
+            if cells[-1]['cell_type'] == 'markdown' and \
+                    'header' not in cells[-1]['metadata'].get('tags', []) \
+                    and not body.startswith('#'):
+                cells[-1]['source'] += '\n\n' + body
+            else:
+                cells.append({'cell_type': 'markdown', 'metadata': {},
+                              'source': body})
+        elif kind == 'input':
+            check = '#@check' in body
+            code = '\n'.join(line for line in body if line != '#@check')
+            cells.append({'cell_type': 'code', 'execution_count': None,
+                          'metadata': ({'tags': ['nbval-check-output']}
+                                       if check else {}),
+                          'outputs': [], 'source': code.strip('\n')})
+        else:
+            prev = cells[-1]
+            if prev['cell_type'] != 'code' or \
+                    'nbval-check-output' not in prev['metadata'].get(
+                        'tags', []):
+                raise SourceError(f'{chapter} ({lang}, {fw}): an output '
+                                  f'block must follow a #@check code cell')
+            prev['outputs'] = [{'name': 'stdout', 'output_type': 'stream',
+                                'text': '\n'.join(body) + '\n'}]
+            prev['execution_count'] = 1  # nbval ignores outputs of unrun cells
+    for n, cell in enumerate(cells):
+        cell['id'] = f'{chapter}-{n:03d}'
+        for key in ('source', ):
+            lines = cell[key].splitlines(keepends=True)
+            cell[key] = lines
+        for out in cell.get('outputs', []):
+            out['text'] = out['text'].splitlines(keepends=True)
+    return {'cells': cells,
+            'metadata': {
+                'kernelspec': {'display_name': 'Python 3 (ipykernel)',
+                               'language': 'python', 'name': 'python3'},
+                'language_info': {'name': 'python'},
+                'd2lpar': {'language': lang, 'framework': fw,
+                           'source': f'{lang}/{chapter}.md'}},
+            'nbformat': 4, 'nbformat_minor': 5}
+
+
+def render(nb):
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + '\n'
+
+
+def sources():
+    return sorted(p for lang in LANGS for p in (ROOT / lang).glob('*.md'))
+
+
+def targets():
+    """{path of a notebook: its text}, built from every source."""
+    out = {}
+    for src in sources():
+        lang, chapter = src.parent.name, src.stem
+        blocks = parse(src.read_text(encoding='utf-8'),
+                       src.relative_to(ROOT.parent))
+        for fw in FRAMEWORKS:
+            path = ROOT / lang / fw / f'{chapter}.ipynb'
+            out[path] = render(notebook(blocks, lang, fw, chapter))
+    return out
+
+
+def main(argv):
+    command = argv[1] if len(argv) > 1 else 'build'
+    built = targets()
+    if command == 'build':
+        for path, text in built.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.read_text(encoding='utf-8') != text:
+                path.write_text(text, encoding='utf-8')
+                print(f'wrote {path.relative_to(ROOT.parent)}')
+        return 0
+    if command == 'check':
+        stale = [p for p, text in built.items()
+                 if not p.exists() or p.read_text(encoding='utf-8') != text]
+        known = set(built)
+        extra = [p for p in ROOT.glob('*/*/*.ipynb') if p not in known]
+        for p in stale:
+            print(f'stale: {p.relative_to(ROOT.parent)} does not match its '
+                  f'source; run `make notebooks` and commit the result')
+        for p in extra:
+            print(f'orphan: {p.relative_to(ROOT.parent)} has no source')
+        if not stale and not extra:
+            print(f'{len(built)} notebooks match their sources')
+        return 1 if stale or extra else 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
