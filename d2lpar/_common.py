@@ -72,6 +72,16 @@ def check_split(num_X, num_y, devices):
     return devices
 
 
+def check_replicas(device_params, devices):
+    """Check that there is one copy of the parameters per device."""
+    devices = check_devices(devices)
+    if len(device_params) != len(devices):
+        raise ValueError(f'Got {len(device_params)} copies of the '
+                         f'parameters for {len(devices)} devices: make one '
+                         f'per device with get_params(params, device).')
+    return devices
+
+
 def check_allreduce(data, memory_of=id):
     """Check that `data` is a list of same-shape, same-dtype, distinct
     arrays (one per device) that can be summed in place."""

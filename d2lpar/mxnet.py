@@ -16,9 +16,9 @@ from d2l import mxnet as _d2l  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
-from d2lpar._common import (DataError, TrainResult, check_allreduce,  # noqa
-                            check_devices, check_split, data_dir,
-                            plot_timings, say_once)
+from d2lpar._common import (  # noqa: F401 (re-exported names)
+    DataError, TrainResult, check_allreduce, check_devices, check_replicas,
+    check_split, data_dir, plot_timings, say_once)
 
 npx.set_np()
 
@@ -194,6 +194,7 @@ def split_batch(X, y, devices):
 
 
 def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
     with autograd.record():  # Each device computes the loss on its shard
         ls = [loss(lenet(X_shard, params), y_shard)

@@ -10,9 +10,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from d2lpar import _common
-from d2lpar._common import (DataError, TrainResult, check_allreduce,  # noqa
-                            check_devices, check_split, data_dir,
-                            plot_timings, say_once)
+from d2lpar._common import (  # noqa: F401 (re-exported names)
+    DataError, TrainResult, check_allreduce, check_devices, check_replicas,
+    check_split, data_dir, plot_timings, say_once)
 
 __all__ = _common.SHARED + [
     'Animator', 'Benchmark', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
@@ -195,6 +195,7 @@ def split_batch(X, y, devices):
 
 
 def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
     # Each device computes the loss on its own shard...
     ls = [loss(lenet(X_shard, params), y_shard).sum()

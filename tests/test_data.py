@@ -1,0 +1,498 @@
+"""Fashion-MNIST: IDX files, the checked and atomic download, the cache
+folder, the stand-in data set, and the loaders of both backends.
+
+The download tests serve small IDX files of our own from a file:// URL, so
+nothing goes to the network. Tests of the framework-free helpers in
+`d2lpar._common` that no backend wraps (read_idx, download, the stand-in
+generator) run once; everything a backend exposes runs on both.
+"""
+import gzip
+import hashlib
+import json
+import os
+import stat
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from d2lpar import _common
+from d2lpar._common import DataError
+
+NAMES = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
+         'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')}
+NOTICE = 'cannot be downloaded'
+
+
+# --------------------------------------------------------------------------
+# IDX files
+# --------------------------------------------------------------------------
+def idx_bytes(array):
+    """The IDX encoding of a uint8 array: magic 0x0000 08 <ndim>, the dims
+    as big-endian uint32, then the bytes."""
+    array = np.asarray(array, np.uint8)
+    return (bytes([0, 0, 8, array.ndim])
+            + struct.pack(f'>{array.ndim}I', *array.shape)
+            + array.tobytes())
+
+
+def write_gz(path, raw):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(raw, mtime=0))
+    return path
+
+
+def md5(path):
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def images_and_labels(n, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
+            rng.integers(0, 10, n).astype(np.uint8))
+
+
+def test_idx_magic_numbers():
+    images, labels = images_and_labels(3, 0)
+    assert idx_bytes(images)[:4] == struct.pack('>I', 0x00000803)
+    assert idx_bytes(labels)[:4] == struct.pack('>I', 0x00000801)
+    assert idx_bytes(images)[4:16] == struct.pack('>3I', 3, 28, 28)
+
+
+def test_read_idx_reads_back_exactly(tmp_path):
+    images, labels = images_and_labels(5, 0)
+    got_images = _common.read_idx(write_gz(tmp_path / 'i.gz',
+                                           idx_bytes(images)))
+    got_labels = _common.read_idx(write_gz(tmp_path / 'l.gz',
+                                           idx_bytes(labels)))
+    assert got_images.dtype == got_labels.dtype == np.uint8
+    assert got_images.shape == (5, 28, 28) and got_labels.shape == (5,)
+    np.testing.assert_array_equal(got_images, images)
+    np.testing.assert_array_equal(got_labels, labels)
+
+
+def test_read_idx_of_an_empty_set(tmp_path):
+    got = _common.read_idx(write_gz(tmp_path / 'e.gz',
+                                    idx_bytes(np.zeros((0, 28, 28)))))
+    assert got.shape == (0, 28, 28)
+
+
+def test_data_error_is_a_value_error():
+    assert issubclass(DataError, ValueError)
+
+
+def _assert_says_delete(error, path):
+    message = str(error.value)
+    assert str(path) in message
+    assert 'Delete it' in message
+
+
+def test_read_idx_of_a_truncated_gzip_file(tmp_path):
+    images, _ = images_and_labels(20, 0)
+    path = write_gz(tmp_path / 'cut.gz', idx_bytes(images))
+    path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
+    with pytest.raises(DataError, match='not a readable gzip file') as error:
+        _common.read_idx(path)
+    _assert_says_delete(error, path)
+
+
+def test_read_idx_of_truncated_data(tmp_path):
+    images, _ = images_and_labels(4, 0)
+    path = write_gz(tmp_path / 'short.gz', idx_bytes(images)[:-100])
+    with pytest.raises(DataError, match=r'holds 3036 bytes of data, its '
+                       r'header promises 3136.*truncated') as error:
+        _common.read_idx(path)
+    _assert_says_delete(error, path)
+
+
+def test_read_idx_of_a_truncated_header(tmp_path):
+    path = write_gz(tmp_path / 'head.gz', bytes([0, 0, 8, 3, 0, 0, 0, 4]))
+    with pytest.raises(DataError, match=r'truncated \(header\)') as error:
+        _common.read_idx(path)
+    _assert_says_delete(error, path)
+
+
+@pytest.mark.parametrize('magic', [b'\x00\x00\x09\x03', b'\x01\x00\x08\x03',
+                                   b'PK\x03\x04', b''])
+def test_read_idx_with_a_bad_magic_number(tmp_path, magic):
+    path = write_gz(tmp_path / 'magic.gz', magic + b'\x00' * 12)
+    with pytest.raises(DataError, match='bad magic number') as error:
+        _common.read_idx(path)
+    _assert_says_delete(error, path)
+
+
+def test_read_idx_of_a_file_that_is_not_gzip(tmp_path):
+    images, _ = images_and_labels(2, 0)
+    path = tmp_path / 'plain.gz'
+    path.write_bytes(idx_bytes(images))  # IDX, but not compressed
+    with pytest.raises(DataError, match='not a readable gzip file') as error:
+        _common.read_idx(path)
+    _assert_says_delete(error, path)
+
+
+# --------------------------------------------------------------------------
+# Downloading into the cache, from a file:// mirror
+# --------------------------------------------------------------------------
+@pytest.fixture
+def mirror(tmp_path):
+    """A folder of small Fashion-MNIST files: 40 training, 15 test images.
+    Returns (url, files like FASHION_MNIST_FILES, arrays by split)."""
+    folder = tmp_path / 'mirror'
+    files, arrays = {}, {}
+    for split, n, seed in (('train', 40, 1), ('test', 15, 2)):
+        images, labels = images_and_labels(n, seed)
+        arrays[split] = (images, labels)
+        entries = []
+        for name, array in zip(NAMES[split], (images, labels)):
+            entries.append((name, md5(write_gz(folder / name,
+                                               idx_bytes(array)))))
+        files[split] = tuple(entries)
+    return folder.as_uri() + '/', files, arrays
+
+
+@pytest.fixture
+def online(common, monkeypatch, mirror, tmp_path):
+    """Downloads allowed, from `mirror`, into an empty cache."""
+    url, files, arrays = mirror
+    cache = tmp_path / 'cache'
+    monkeypatch.delenv('D2LPAR_OFFLINE', raising=False)
+    monkeypatch.setenv('D2LPAR_DATA', str(cache))
+    monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', url)
+    monkeypatch.setattr(common, 'FASHION_MNIST_FILES', files)
+    return cache / 'FashionMNIST' / 'raw', files, arrays
+
+
+def _loaded(backend, batch_size=8, num_train=None, num_test=None):
+    """All batches of both iterators, as NumPy arrays."""
+    train_iter, test_iter = backend.load_data_fashion_mnist(
+        batch_size, num_train, num_test)
+    return ([(backend.numpy(X), backend.numpy(y)) for X, y in train_iter],
+            [(backend.numpy(X), backend.numpy(y)) for X, y in test_iter])
+
+
+def _concat(batches):
+    return (np.concatenate([X for X, _ in batches]),
+            np.concatenate([y for _, y in batches]))
+
+
+def _leftovers(folder):
+    return sorted(p for p in os.listdir(folder) if p.startswith('.part-'))
+
+
+def test_download_of_good_files(backend, online, capsys):
+    raw, files, arrays = online
+    train, test = _loaded(backend)
+    out = capsys.readouterr().out
+    assert 'Data: Fashion-MNIST, 40 training and 15 test images.' in out
+    assert NOTICE not in out
+    for split in files:
+        for name, md5sum in files[split]:
+            assert md5(raw / name) == md5sum
+    assert _leftovers(raw) == []
+    # The test iterator gives the files' images, scaled to [0, 1], in order
+    X, y = _concat(test)
+    images, labels = arrays['test']
+    np.testing.assert_array_equal(X, images[:, None].astype(np.float32)
+                                  / 255)
+    np.testing.assert_array_equal(y, labels)
+    # The training iterator: 40 // 8 batches of distinct training examples
+    assert len(train) == 5
+    images, labels = arrays['train']
+    label_of = {x.tobytes(): label for x, label in
+                zip(images[:, None].astype(np.float32) / 255, labels)}
+    X, y = _concat(train)
+    assert len({x.tobytes() for x in X}) == 40
+    assert [label_of[x.tobytes()] for x in X] == y.tolist()
+    # Loaded again, nothing is downloaded again
+    calls = []
+    _common.fashion_mnist_arrays.cache_clear()
+    original = _common.download
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(_common, 'download',
+                  lambda *a, **k: calls.append(a) or original(*a, **k))
+        _loaded(backend)
+    assert calls == []
+
+
+def test_a_corrupt_cached_file_is_fetched_again(backend, online, capsys):
+    raw, files, arrays = online
+    name, md5sum = files['train'][0]
+    raw.mkdir(parents=True)
+    (raw / name).write_bytes(b'not the file you are looking for')
+    _, test = _loaded(backend, num_train=16)
+    assert md5(raw / name) == md5sum
+    assert 'Data: Fashion-MNIST, 16 training and 15 test images.' in \
+        capsys.readouterr().out
+    np.testing.assert_array_equal(_concat(test)[1], arrays['test'][1])
+
+
+def test_a_download_with_the_wrong_md5_is_not_kept(online, tmp_path):
+    raw, files, _ = online
+    name, _ = files['train'][0]
+    url = os.environ['D2LPAR_FASHION_MNIST_URL'] + name
+    with pytest.raises(DataError, match=r'arrived with MD5 [0-9a-f]{32}, '
+                       r'expected 0{32}'):
+        _common.download(url, str(raw / name), '0' * 32)
+    assert not (raw / name).exists()
+    assert _leftovers(raw) == []
+
+
+def test_loader_falls_back_when_a_download_has_the_wrong_md5(
+        backend, online, monkeypatch, capsys):
+    raw, files, _ = online
+    (name, _), labels = files['train']
+    monkeypatch.setitem(files, 'train', ((name, '0' * 32), labels))
+    _, test = _loaded(backend, num_train=20, num_test=10)
+    assert not (raw / name).exists()
+    assert _leftovers(raw) == []
+    assert 'Data: the stand-in data set, 20 training and 10 test images.' \
+        in capsys.readouterr().out
+    X_stand_in, y_stand_in = _common.stand_in_fashion_mnist(10, seed=1)
+    np.testing.assert_array_equal(_concat(test)[1], y_stand_in)
+
+
+def test_unreachable_mirror_falls_back_to_the_stand_in_once(
+        backend, online, monkeypatch, capsys):
+    raw, _, _ = online
+    monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', 'file:///nonexistent/')
+    calls = []
+    original = _common.download
+    monkeypatch.setattr(_common, 'download',
+                        lambda *a, **k: calls.append(a[0]) or original(*a,
+                                                                       **k))
+    _, test = _loaded(backend, num_train=30, num_test=12)
+    _loaded(backend, num_train=31, num_test=13)  # not from the lru cache
+    out = capsys.readouterr().out
+    assert out.count(NOTICE) == 1
+    assert 'synthetic stand-in with 10 classes' in out
+    assert 'Data: the stand-in data set, 30 training and 12 test images.' \
+        in out
+    # One failed attempt, then no more waiting on the network
+    assert calls == ['file:///nonexistent/train-images-idx3-ubyte.gz']
+    assert _common._offline is True
+    assert not any(raw.glob('*.gz')) and _leftovers(raw) == []
+    X_stand_in, y_stand_in = _common.stand_in_fashion_mnist(12, seed=1)
+    X, y = _concat(test)
+    np.testing.assert_array_equal(y, y_stand_in)
+    np.testing.assert_array_equal(
+        X, X_stand_in[:, None].astype(np.float32) / 255)
+
+
+@pytest.mark.parametrize('how', ['unreachable', 'offline'])
+def test_a_corrupt_cached_file_that_cannot_be_fetched(backend, online,
+                                                       monkeypatch, how):
+    raw, files, _ = online
+    name, _ = files['train'][0]
+    raw.mkdir(parents=True)
+    (raw / name).write_bytes(b'garbage')
+    if how == 'offline':
+        monkeypatch.setenv('D2LPAR_OFFLINE', '1')
+    else:
+        monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL',
+                           'file:///nonexistent/')
+    with pytest.raises(DataError, match='corrupt or truncated') as error:
+        backend.load_data_fashion_mnist(8)
+    _assert_says_delete(error, raw / name)
+    assert (raw / name).read_bytes() == b'garbage'  # not ours to delete
+
+
+def test_files_that_disagree_on_the_number_of_examples(common, mirror,
+                                                       tmp_path, monkeypatch):
+    _, files, _ = mirror
+    raw = tmp_path / 'cache' / 'FashionMNIST' / 'raw'
+    images, labels = images_and_labels(6, 3)
+    write_gz(raw / NAMES['train'][0], idx_bytes(images))
+    write_gz(raw / NAMES['train'][1], idx_bytes(labels[:5]))
+    monkeypatch.setitem(files, 'train', tuple(
+        (n, md5(raw / n)) for n in NAMES['train']))
+    monkeypatch.setattr(common, 'FASHION_MNIST_FILES', files)
+    with pytest.raises(DataError, match='has 6 images but .* has 5 labels'):
+        common.fetch_fashion_mnist('train', root=str(tmp_path / 'cache'))
+
+
+_CONCURRENT = '''
+import json, sys, time
+from d2lpar import _common
+_common.FASHION_MNIST_FILES = {k: tuple(map(tuple, v)) for k, v in
+                               json.loads(sys.argv[1]).items()}
+time.sleep(max(0, float(sys.argv[2]) - time.time()))  # start together
+result = [_common.fetch_fashion_mnist(s) for s in ('train', 'test')]
+print(json.dumps([[int(a.sum()), list(a.shape)] for r in result for a in r]))
+'''
+
+
+def test_two_processes_download_into_one_cache(mirror, tmp_path):
+    url, files, arrays = mirror
+    cache = tmp_path / 'cache'
+    env = dict(os.environ, D2LPAR_DATA=str(cache),
+               D2LPAR_FASHION_MNIST_URL=url)
+    env.pop('D2LPAR_OFFLINE', None)
+    start = str(time.time() + 1.5)
+    procs = [subprocess.Popen([sys.executable, '-c', _CONCURRENT,
+                               json.dumps(files), start], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    want = [[int(a.sum()), list(a.shape)]
+            for s in ('train', 'test') for a in arrays[s]]
+    assert [json.loads(out) for out, _ in outs] == [want, want]
+    raw = cache / 'FashionMNIST' / 'raw'
+    assert sorted(os.listdir(raw)) == sorted(
+        ['.lock'] + [n for s in NAMES.values() for n in s])
+    for split in files:
+        for name, md5sum in files[split]:
+            assert md5(raw / name) == md5sum
+
+
+# --------------------------------------------------------------------------
+# The cache folder
+# --------------------------------------------------------------------------
+@pytest.fixture
+def no_env_dir(monkeypatch, tmp_path):
+    """No D2LPAR_DATA; the per-user cache under tmp_path/xdg; the working
+    directory tmp_path/top/work, so that ../data is tmp_path/top/data."""
+    monkeypatch.delenv('D2LPAR_DATA', raising=False)
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
+    work = tmp_path / 'top' / 'work'
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    return tmp_path
+
+
+def test_data_dir_honours_d2lpar_data(backend, monkeypatch, tmp_path):
+    where = tmp_path / 'my' / 'data'
+    monkeypatch.setenv('D2LPAR_DATA', str(where))
+    assert backend.data_dir() == str(where)
+    assert where.is_dir()
+
+
+def test_data_dir_is_an_absolute_path(backend, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('D2LPAR_DATA', 'relative')
+    assert backend.data_dir() == str(tmp_path / 'relative')
+
+
+def test_data_dir_defaults_to_dot_dot_data(backend, no_env_dir):
+    assert backend.data_dir() == str(no_env_dir / 'top' / 'data')
+
+
+def _block(folder):
+    """Make folder/data impossible to create: a read-only folder, or, for
+    root, who may write anywhere, a regular file in its way."""
+    if os.geteuid() == 0:
+        (folder / 'data').write_text('in the way')
+        return lambda: None
+    folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    return lambda: folder.chmod(stat.S_IRWXU)
+
+
+def test_data_dir_falls_back_to_the_user_cache(backend, no_env_dir):
+    unblock = _block(no_env_dir / 'top')
+    try:
+        assert backend.data_dir() == str(no_env_dir / 'xdg' / 'd2lpar')
+    finally:
+        unblock()
+    assert (no_env_dir / 'xdg' / 'd2lpar').is_dir()
+
+
+def test_data_dir_skips_a_d2lpar_data_that_cannot_be_made(
+        backend, no_env_dir, monkeypatch):
+    (no_env_dir / 'file').write_text('a file, not a folder')
+    monkeypatch.setenv('D2LPAR_DATA', str(no_env_dir / 'file' / 'data'))
+    assert backend.data_dir() == str(no_env_dir / 'top' / 'data')
+
+
+def test_data_dir_with_nowhere_to_write(backend, no_env_dir, monkeypatch):
+    (no_env_dir / 'xdg').write_text('a file, not a folder')
+    unblock = _block(no_env_dir / 'top')
+    try:
+        with pytest.raises(DataError, match='No writable data directory.*'
+                           'set D2LPAR_DATA'):
+            backend.data_dir()
+    finally:
+        unblock()
+
+
+# --------------------------------------------------------------------------
+# The stand-in data set
+# --------------------------------------------------------------------------
+def test_stand_in_is_deterministic():
+    X1, y1 = _common.stand_in_fashion_mnist(300, seed=0)
+    X2, y2 = _common.stand_in_fashion_mnist(300, seed=0)
+    np.testing.assert_array_equal(X1, X2)
+    np.testing.assert_array_equal(y1, y2)
+    X3, _ = _common.stand_in_fashion_mnist(300, seed=1)
+    assert not np.array_equal(X1, X3)
+
+
+def test_stand_in_looks_like_fashion_mnist():
+    X, y = _common.stand_in_fashion_mnist(1000, seed=0)
+    assert X.shape == (1000, 28, 28) and X.dtype == np.uint8
+    assert y.shape == (1000,) and y.dtype == np.int64
+    assert sorted(set(y.tolist())) == list(range(10))
+    assert X.min() == 0 and X.max() == 255
+
+
+def test_stand_in_classes_differ():
+    """Each class is its own pattern: the class means are far apart."""
+    X, y = _common.stand_in_fashion_mnist(2000, seed=0)
+    means = np.stack([X[y == c].mean(axis=0) for c in range(10)])
+    distances = np.linalg.norm(
+        (means[:, None] - means[None, :]).reshape(100, -1), axis=1)
+    off_diagonal = distances.reshape(10, 10)[~np.eye(10, dtype=bool)]
+    assert off_diagonal.min() > 100
+
+
+# --------------------------------------------------------------------------
+# The loaders of the backends (offline: the stand-in)
+# --------------------------------------------------------------------------
+def test_loader_batches(backend):
+    train_iter, test_iter = backend.load_data_fashion_mnist(
+        32, num_train=100, num_test=50)
+    assert len(train_iter) == 3 and len(test_iter) == 2
+    train = [(backend.numpy(X), backend.numpy(y)) for X, y in train_iter]
+    test = [(backend.numpy(X), backend.numpy(y)) for X, y in test_iter]
+    # The training iterator drops the last partial batch, the test one not
+    assert [len(y) for _, y in train] == [32, 32, 32]
+    assert [len(y) for _, y in test] == [32, 18]
+    for X, y in train + test:
+        assert X.shape == (len(y), 1, 28, 28)
+        assert X.dtype == np.float32
+        assert 0 <= X.min() and X.max() <= 1
+        assert np.issubdtype(y.dtype, np.integer) and y.ndim == 1
+        assert set(y.tolist()) <= set(range(10))
+    # Offline the data is the stand-in: training seed 0, test seed 1
+    X_te, y_te = _common.stand_in_fashion_mnist(50, seed=1)
+    X, y = _concat(test)
+    np.testing.assert_array_equal(X, X_te[:, None].astype(np.float32) / 255)
+    np.testing.assert_array_equal(y, y_te)
+    # A training epoch has distinct examples of the training set
+    X_tr, y_tr = _common.stand_in_fashion_mnist(100, seed=0)
+    rows = {x.tobytes(): label for x, label in
+            zip(X_tr[:, None].astype(np.float32) / 255, y_tr)}
+    X, y = _concat(train)
+    keys = [x.tobytes() for x in X]
+    assert len(set(keys)) == 96
+    assert [rows[k] for k in keys] == y.tolist()
+
+
+def test_training_iterator_shuffles_every_epoch(backend):
+    train_iter, test_iter = backend.load_data_fashion_mnist(
+        10, num_train=60, num_test=20)
+    epochs = [np.concatenate([backend.numpy(y) for _, y in train_iter])
+              for _ in range(2)]
+    assert sorted(epochs[0]) == sorted(epochs[1])
+    assert epochs[0].tolist() != epochs[1].tolist()
+    tests = [np.concatenate([backend.numpy(y) for _, y in test_iter])
+             for _ in range(2)]
+    np.testing.assert_array_equal(tests[0], tests[1])  # in order
+
+
+def test_loader_rejects_a_batch_size_below_one(backend):
+    with pytest.raises(ValueError, match='batch_size must be at least 1'):
+        backend.load_data_fashion_mnist(0, num_train=10, num_test=10)
