@@ -18,7 +18,8 @@ import urllib.request
 import numpy as np
 
 # The names each backend re-exports as they are.
-SHARED = ['DataError', 'TrainResult', 'data_dir', 'plot_timings', 'say_once']
+SHARED = ['DataError', 'TrainResult', 'data_dir', 'plot_allreduce',
+          'plot_scaling', 'plot_timings', 'say_once']
 
 # --------------------------------------------------------------------------
 # Messages that a lesson prints once per process
@@ -496,3 +497,222 @@ def load_data_fashion_mnist_with(convert, batch_size, num_train=None,
     X_tr, y_tr, X_te, y_te, _ = fashion_mnist_arrays(num_train, num_test)
     return (DataIter(X_tr, y_tr, batch_size, True, convert, drop_last=True),
             DataIter(X_te, y_te, batch_size, False, convert))
+
+
+# --------------------------------------------------------------------------
+# Timelines: which operation ran where, and when
+# --------------------------------------------------------------------------
+@dataclasses.dataclass
+class Event:
+    """One operation on a timeline; times in seconds from its start."""
+    name: str
+    row: str
+    start: float
+    end: float
+    kind: str = 'compute'  # or 'copy'
+
+
+KIND_COLORS = {'compute': 'tab:blue', 'copy': 'tab:orange',
+               'other': 'tab:gray'}
+
+
+class Timeline:
+    """Record what runs where inside a ``with`` block, then `plot` it.
+
+    The backends say how events are recorded (PyTorch: its profiler;
+    MXNet: its profiler when the build has one, else a watcher thread per
+    device). `watch(arrays, label, kind)` names results for backends that
+    need it and returns them unchanged.
+    """
+    source = 'nothing'
+
+    def __init__(self):
+        self.events = []
+
+    def watch(self, arrays, label, kind='compute'):
+        return arrays
+
+    def rows(self):
+        return sorted({e.row for e in self.events})
+
+    def plot(self, title=None, ax=None):
+        """A Gantt chart: one row per device, stream or thread; compute
+        and copies in different colours; time in milliseconds."""
+        import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+        rows = self.rows()
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.5, 0.5 * len(rows) + 1.1))
+        for y, row in enumerate(rows):
+            for kind, color in KIND_COLORS.items():
+                spans = [(1e3 * e.start, max(1e3 * (e.end - e.start), 1e-3))
+                         for e in self.events if e.row == row
+                         and e.kind == kind]
+                if spans:
+                    ax.broken_barh(spans, (y - 0.35, 0.7), color=color,
+                                   edgecolor='white', linewidth=0.3)
+        ax.set_yticks(range(len(rows)), rows)
+        ax.invert_yaxis()
+        ax.set_xlabel('milliseconds')
+        kinds = sorted({e.kind for e in self.events})
+        ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k)
+                           for k in kinds], loc='lower right', fontsize=8)
+        ax.set_title(title or f'recorded with {self.source}', fontsize=10)
+        plt.tight_layout()
+        plt.show()
+        return ax
+
+    def save(self, path):
+        """Write the events as a Chrome trace (JSON) that Perfetto
+        (ui.perfetto.dev) or chrome://tracing can open."""
+        import json
+        rows = self.rows()
+        trace = [{'name': e.name, 'cat': e.kind, 'ph': 'X', 'pid': 0,
+                  'tid': rows.index(e.row), 'ts': 1e6 * e.start,
+                  'dur': 1e6 * (e.end - e.start)} for e in self.events]
+        trace += [{'name': 'thread_name', 'ph': 'M', 'pid': 0, 'tid': i,
+                   'args': {'name': row}} for i, row in enumerate(rows)]
+        with open(path, 'w') as f:
+            json.dump({'traceEvents': trace}, f)
+        return path
+
+
+def events_from_chrome_trace(trace, classify):
+    """Events of a Chrome trace dict (complete 'X' events or 'B'/'E'
+    pairs), rows named by process and thread, times from the first one."""
+    names = {(e.get('pid'), e.get('tid')): e['args']['name']
+             for e in trace.get('traceEvents', [])
+             if e.get('ph') == 'M' and e.get('name') == 'thread_name'}
+    spans, open_ = [], {}
+    for e in trace.get('traceEvents', []):
+        key = (e.get('pid'), e.get('tid'))
+        if e.get('ph') == 'X':
+            spans.append((e['name'], key, e['ts'], e['ts'] + e['dur']))
+        elif e.get('ph') == 'B':
+            open_.setdefault((key, e['name']), []).append(e['ts'])
+        elif e.get('ph') == 'E' and open_.get((key, e.get('name'))):
+            start = open_[(key, e['name'])].pop()
+            spans.append((e['name'], key, start, e['ts']))
+    if not spans:
+        return []
+    t0 = min(s[2] for s in spans)
+    return [Event(name, names.get(key, f'{key[0]}/{key[1]}'),
+                  (start - t0) / 1e6, (end - t0) / 1e6, classify(name))
+            for name, key, start, end in sorted(spans, key=lambda s: s[2])]
+
+
+class quiet_stderr:
+    """Silence what C++ libraries print on file descriptor 2 (e.g. the
+    profiler's start/stop log lines) for the duration of a block."""
+
+    def __enter__(self):
+        import sys
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    def __exit__(self, *exc_info):
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+
+
+# --------------------------------------------------------------------------
+# Scaling and allreduce charts
+# --------------------------------------------------------------------------
+def plot_scaling(results, title=None):
+    """Seconds per epoch and test accuracy against the number of devices,
+    from a list of `TrainResult`, with the ideal linear speedup drawn from
+    the one-device run."""
+    import matplotlib.pyplot as plt
+    results = sorted(results, key=lambda r: len(r.devices))
+    ks = [len(r.devices) for r in results]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 2.6))
+    ax1.plot(ks, [r.sec_per_epoch for r in results], 'o-', label='measured')
+    base = results[0].sec_per_epoch * ks[0]
+    ax1.plot(ks, [base / k for k in ks], 'k--', label='ideal (t1 / k)')
+    ax1.set_xlabel('devices')
+    ax1.set_ylabel('seconds per epoch')
+    ax1.set_ylim(bottom=0)
+    ax1.legend(fontsize=8)
+    ax2.plot(ks, [r.test_acc for r in results], 'o-', color='tab:green')
+    ax2.set_xlabel('devices')
+    ax2.set_ylabel('test accuracy')
+    ax2.set_ylim(0, 1)
+    for ax in (ax1, ax2):
+        ax.set_xticks(ks)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    plt.tight_layout()
+    plt.show()
+
+
+def measure_allreduce_with(make_data, synchronize, fns, sizes,
+                           device_counts, repeat=3):
+    """Time each allreduce of `fns` on `make_data(k, n)` (k arrays of n
+    float32 numbers), best of `repeat`. Returns one dict per measurement:
+    algorithm, devices, bytes, seconds, and the algorithm and bus
+    bandwidths of nccl-tests (busbw = algbw * 2(k-1)/k)."""
+    rows = []
+    for k in device_counts:
+        for n in sizes:
+            for fn in fns:
+                data = make_data(k, n)
+                fn(data)  # warm up
+                synchronize()
+                best = float('inf')
+                for _ in range(repeat):
+                    start = time.perf_counter()
+                    fn(data)
+                    synchronize()
+                    best = min(best, time.perf_counter() - start)
+                nbytes = 4 * n
+                rows.append({'algorithm': fn.__name__, 'devices': k,
+                             'bytes': nbytes, 'seconds': best,
+                             'algbw': nbytes / best,
+                             'busbw': nbytes / best * 2 * (k - 1) / k})
+    return rows
+
+
+def measure_copy_bandwidth_with(copy, synchronize, repeat=5):
+    """Bytes read plus written per second by `copy()`, which copies one
+    buffer into another and returns its size in bytes (best of `repeat`)."""
+    nbytes = copy()
+    synchronize()
+    best = float('inf')
+    for _ in range(repeat):
+        start = time.perf_counter()
+        copy()
+        synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * nbytes / best
+
+
+def plot_allreduce(rows, copy_bandwidth=None, title=None):
+    """Time of each allreduce against message size, one panel per device
+    count. With `copy_bandwidth` (bytes/s, read + write), a dashed line
+    shows the one-host floor: k replicas of N bytes must at least be read
+    and written once, 2kN bytes."""
+    import matplotlib.pyplot as plt
+    counts = sorted({r['devices'] for r in rows})
+    fig, axes = plt.subplots(1, len(counts), figsize=(3.3 * len(counts), 2.8),
+                             squeeze=False, sharey=True)
+    for ax, k in zip(axes[0], counts):
+        for algo in dict.fromkeys(r['algorithm'] for r in rows):
+            mine = [r for r in rows if r['devices'] == k
+                    and r['algorithm'] == algo]
+            ax.loglog([r['bytes'] for r in mine],
+                      [r['seconds'] for r in mine], 'o-', label=algo)
+        if copy_bandwidth:
+            xs = sorted({r['bytes'] for r in rows if r['devices'] == k})
+            ax.loglog(xs, [2 * k * x / copy_bandwidth for x in xs], 'k--',
+                      label='memory-copy floor')
+        ax.set_title(f'{k} devices', fontsize=10)
+        ax.set_xlabel('bytes per device')
+    axes[0][0].set_ylabel('seconds')
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    plt.tight_layout()
+    plt.show()

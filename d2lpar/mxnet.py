@@ -6,25 +6,32 @@ than there are, `try_devices` hands out the CPU contexts ``cpu(0)``,
 ``cpu(1)``, ... as stand-ins (MXNet runs each on its own engine thread)
 and says so once.
 """
+import json
 import os
+import queue
+import tempfile
+import threading
+import time
 
 # All CPU contexts share a pool of temporary workspaces, 4 by default,
 # which can serialise stand-in devices. It must be set before MXNet loads.
 os.environ.setdefault('MXNET_CPU_TEMP_COPY', '16')
 
 from d2l import mxnet as _d2l  # noqa: E402
+import mxnet as mx  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
 from d2lpar._common import (  # noqa: F401 (re-exported names)
     DataError, TrainResult, check_allreduce, check_devices, check_replicas,
-    check_split, data_dir, plot_timings, say_once)
+    check_split, data_dir, plot_allreduce, plot_scaling, plot_timings,
+    say_once)
 
 npx.set_np()
 
 __all__ = _common.SHARED + [
-    'Animator', 'Benchmark', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
-    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
+    'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'try_all_gpus', 'try_devices',
     'try_gpu']
@@ -95,6 +102,107 @@ def synchronize(devices=None):
 class Benchmark(_common.Benchmark):
     __doc__ = _common.Benchmark.__doc__
     _synchronize = staticmethod(synchronize)
+
+
+def _kind(name):
+    return 'copy' if 'copy' in name.lower() else 'compute'
+
+
+class Timeline(_common.Timeline):
+    """Record what runs where inside a ``with`` block, then `plot` it.
+
+    With an MXNet build that has its profiler, ``mx.profiler`` records
+    every operator. The pip wheel has it compiled out
+    (``mx.runtime.Features()``); then one watcher thread per device waits,
+    in order, for each result passed to ``watch(arrays, label, kind)`` and
+    notes when it became ready. A bar ends at that moment and starts when
+    the previous result on the same device became ready (or when it was
+    queued, if later). The thread that pushes the work never waits, so
+    MXNet's asynchrony is left intact.
+    """
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        self._profiler = mx.runtime.Features().is_enabled('PROFILER')
+        if self._profiler:
+            self.source = 'mx.profiler'
+            fd, self._file = tempfile.mkstemp(suffix='.json')
+            os.close(fd)
+            mx.profiler.set_config(profile_all=True, aggregate_stats=False,
+                                   filename=self._file)
+            mx.profiler.set_state('run')
+        else:
+            self.source = 'a watcher thread per device'
+            self._queues, self._threads = {}, []
+        return self
+
+    def watch(self, arrays, label, kind='compute'):
+        if self._profiler:
+            return arrays
+        pushed = time.perf_counter() - self._t0
+        for a in arrays if isinstance(arrays, (list, tuple)) else [arrays]:
+            row = str(a.ctx)
+            if row not in self._queues:
+                self._queues[row] = queue.Queue()
+                thread = threading.Thread(target=self._watch_row, args=(
+                    row, self._queues[row]), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            self._queues[row].put((label, kind, a, pushed))
+        return arrays
+
+    def _watch_row(self, row, todo):
+        last = 0.0
+        while (item := todo.get()) is not None:
+            label, kind, array, pushed = item
+            array.wait_to_read()
+            end = time.perf_counter() - self._t0
+            self.events.append(_common.Event(label, row, max(pushed, last),
+                                             end, kind))
+            last = end
+
+    def __exit__(self, *exc_info):
+        if self._profiler:
+            npx.waitall()
+            mx.profiler.set_state('stop')
+            mx.profiler.dump()
+            with open(self._file) as f:
+                self.events = _common.events_from_chrome_trace(json.load(f),
+                                                               _kind)
+            os.remove(self._file)
+        else:
+            for todo in self._queues.values():
+                todo.put(None)
+            for thread in self._threads:
+                thread.join()
+            self.events.sort(key=lambda e: e.start)
+        return False
+
+
+def _make_data(k, n):
+    return [np.ones(n, ctx=d) for d in try_devices(k)]
+
+
+def measure_allreduce(fns, sizes, device_counts, repeat=3):
+    """Time each allreduce function of `fns` on `try_devices(k)` for each
+    k in `device_counts` and each size in `sizes` (float32 numbers per
+    device); see `plot_allreduce`."""
+    return _common.measure_allreduce_with(
+        _make_data, synchronize, fns, sizes, device_counts, repeat)
+
+
+def copy_bandwidth(device=None, num_bytes=1 << 26):
+    """Memory-copy bandwidth of `device` (default: the first GPU, else
+    the CPU) in bytes read plus written per second."""
+    device = try_gpu() if device is None else device
+    x = np.ones(num_bytes // 4, ctx=device)
+    y = np.empty_like(x)
+
+    def copy():
+        x.copyto(y)
+        return num_bytes
+
+    return _common.measure_copy_bandwidth_with(copy, synchronize)
 
 
 # --------------------------------------------------------------------------

@@ -4,19 +4,27 @@ The same public names, with the same signatures, as ``d2lpar.mxnet``.
 Everything runs on a CPU-only machine: where a lesson asks for more GPUs
 than there are, `try_devices` hands out CPU stand-ins and says so once.
 """
-import torch
-from d2l import torch as _d2l
-from torch import nn
-from torch.nn import functional as F
+import os
 
-from d2lpar import _common
-from d2lpar._common import (  # noqa: F401 (re-exported names)
+# Keep the profiler's own log lines out of the lessons (set before torch).
+os.environ.setdefault('KINETO_LOG_LEVEL', '5')
+
+import torch  # noqa: E402
+from d2l import torch as _d2l  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.autograd import DeviceType  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from d2lpar import _common  # noqa: E402
+from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     DataError, TrainResult, check_allreduce, check_devices, check_replicas,
-    check_split, data_dir, plot_timings, say_once)
+    check_split, data_dir, plot_allreduce, plot_scaling, plot_timings,
+    say_once)
 
 __all__ = _common.SHARED + [
-    'Animator', 'Benchmark', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
-    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
+    'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'try_all_gpus', 'try_devices',
     'try_gpu']
@@ -89,6 +97,85 @@ def synchronize(devices=None):
 class Benchmark(_common.Benchmark):
     __doc__ = _common.Benchmark.__doc__
     _synchronize = staticmethod(synchronize)
+
+
+def _kind(name):
+    return 'copy' if ('copy' in name.lower() or name == 'aten::to'
+                      or 'Memcpy' in name) else 'compute'
+
+
+class Timeline(_common.Timeline):
+    """Record what runs where inside a ``with`` block, then `plot` it.
+
+    Built on ``torch.profiler`` (CPU activities, plus CUDA ones when there
+    is a GPU): every operator of the block is recorded, top-level CPU
+    operators in one row per thread, GPU kernels and copies in one row per
+    GPU. `watch` only returns its argument: the profiler needs no help.
+    `save(path)` writes the profiler's Chrome trace for Perfetto.
+    """
+    source = 'torch.profiler'
+
+    def __enter__(self):
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(activities=activities)
+        with _common.quiet_stderr():
+            self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        synchronize()
+        with _common.quiet_stderr():
+            self._prof.__exit__(*exc_info)
+            raw = list(self._prof.events())
+        threads, spans = {}, []
+        for e in raw:
+            if e.device_type == DeviceType.CPU:
+                if e.cpu_parent is not None:
+                    continue  # only top-level operators
+                row = threads.setdefault(e.thread, f'CPU thread {len(threads)}')
+            else:
+                row = f'cuda:{e.device_index}'
+            spans.append((e.name, row, e.time_range.start, e.time_range.end))
+        if len(threads) == 1:  # name the one thread just 'CPU'
+            spans = [(n, 'CPU' if r.startswith('CPU') else r, a, b)
+                     for n, r, a, b in spans]
+        t0 = min((s[2] for s in spans), default=0)
+        self.events = [_common.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
+                                     _kind(n))
+                       for n, r, a, b in sorted(spans, key=lambda s: s[2])]
+        return False
+
+    def save(self, path):
+        self._prof.export_chrome_trace(path)
+        return path
+
+
+def _make_data(k, n):
+    return [torch.ones(n, device=d) for d in try_devices(k)]
+
+
+def measure_allreduce(fns, sizes, device_counts, repeat=3):
+    """Time each allreduce function of `fns` on `try_devices(k)` for each
+    k in `device_counts` and each size in `sizes` (float32 numbers per
+    device); see `plot_allreduce`."""
+    return _common.measure_allreduce_with(
+        _make_data, synchronize, fns, sizes, device_counts, repeat)
+
+
+def copy_bandwidth(device=None, num_bytes=1 << 26):
+    """Memory-copy bandwidth of `device` (default: the first GPU, else
+    the CPU) in bytes read plus written per second."""
+    device = try_gpu() if device is None else device
+    x = torch.ones(num_bytes // 4, device=device)
+    y = torch.empty_like(x)
+
+    def copy():
+        y.copy_(x)
+        return num_bytes
+
+    return _common.measure_copy_bandwidth_with(copy, synchronize)
 
 
 # --------------------------------------------------------------------------
