@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import get_backend
+from d2lpar import _common
 
 
 # --------------------------------------------------------------------------
@@ -69,10 +70,8 @@ def test_same_signature_in_both_backends(name):
     assert _comparable(sig_a) == _comparable(inspect.signature(b))
 
 
-@pytest.mark.parametrize('name', ['DataError', 'TrainResult', 'data_dir',
-                                  'plot_timings', 'say_once'])
+@pytest.mark.parametrize('name', _common.SHARED)
 def test_shared_names_are_the_same_objects(name):
-    from d2lpar import _common
     assert getattr(get_backend('torch').module, name) is \
         getattr(_common, name)
     assert getattr(get_backend('mxnet').module, name) is \
@@ -164,7 +163,6 @@ def test_synchronize(backend):
 # --------------------------------------------------------------------------
 @pytest.fixture
 def records(monkeypatch):
-    from d2lpar import _common
     fresh = []
     monkeypatch.setattr(_common.Benchmark, 'records', fresh)
     return fresh

@@ -349,6 +349,24 @@ def test_two_processes_download_into_one_cache(mirror, tmp_path):
             assert md5(raw / name) == md5sum
 
 
+def test_command_line_download(online, capsys):
+    from d2lpar.__main__ import main
+    raw, files, _ = online
+    assert main(['d2lpar', 'download']) == 0
+    assert 'Fashion-MNIST is ready in' in capsys.readouterr().out
+    for split in files:
+        for name, md5sum in files[split]:
+            assert md5(raw / name) == md5sum
+
+
+def test_command_line_download_offline(online, monkeypatch, capsys):
+    from d2lpar.__main__ import main
+    monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', 'file:///nonexistent/')
+    assert main(['d2lpar', 'download']) == 1
+    assert 'Could not download Fashion-MNIST' in capsys.readouterr().out
+    assert main(['d2lpar']) == 2  # usage
+
+
 # --------------------------------------------------------------------------
 # The cache folder
 # --------------------------------------------------------------------------
@@ -398,13 +416,6 @@ def test_data_dir_falls_back_to_the_user_cache(backend, no_env_dir):
     finally:
         unblock()
     assert (no_env_dir / 'xdg' / 'd2lpar').is_dir()
-
-
-def test_data_dir_skips_a_d2lpar_data_that_cannot_be_made(
-        backend, no_env_dir, monkeypatch):
-    (no_env_dir / 'file').write_text('a file, not a folder')
-    monkeypatch.setenv('D2LPAR_DATA', str(no_env_dir / 'file' / 'data'))
-    assert backend.data_dir() == str(no_env_dir / 'top' / 'data')
 
 
 def test_data_dir_with_nowhere_to_write(backend, no_env_dir, monkeypatch):

@@ -30,10 +30,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
 LANGS = {'en': 'English', 'fr': 'Français', 'tr': 'Türkçe', 'zh': '中文'}
 FRAMEWORKS = {'pytorch': 'PyTorch', 'mxnet': 'MXNet'}
-HEADER_WORDS = {'en': ('This lesson in', 'Framework'),
-                'fr': ('Cette leçon en', 'Framework'),
-                'tr': ('Bu ders şu dillerde', 'Çerçeve'),
-                'zh': ('本课的其他语言版本', '框架')}
+HEADER_WORDS = {'en': ('Language: ', 'Framework: '),
+                'fr': ('Langue\u00a0: ', 'Framework\u00a0: '),
+                'tr': ('Dil: ', 'Çerçeve: '),
+                'zh': ('语言：', '框架：')}
 FENCE = re.compile(r'^```\{\.python \.(input|output)\}\s*$')
 TAB = re.compile(r'^#@tab (pytorch|mxnet|all)\s*$')
 BEGIN_TAB = re.compile(r'^:begin_tab:`(pytorch|mxnet)`\s*$')
@@ -97,7 +97,7 @@ def header(lang, fw, chapter):
         for code, name in LANGS.items())
     other = [f for f in FRAMEWORKS if f != fw][0]
     words = HEADER_WORDS[lang]
-    return (f'{words[0]}: {links}  \n{words[1]}: **{FRAMEWORKS[fw]}** · '
+    return (f'{words[0]}{links}  \n{words[1]}**{FRAMEWORKS[fw]}** · '
             f'[{FRAMEWORKS[other]}](../{other}/{chapter}.ipynb)')
 
 
