@@ -551,12 +551,19 @@ class Timeline:
                 if spans:
                     ax.broken_barh(spans, (y - 0.35, 0.7), color=color,
                                    edgecolor='white', linewidth=0.3)
+        total = max((e.end for e in self.events), default=1)
+        for e in self.events:  # name the bars that are wide enough
+            if e.end - e.start > 0.08 * total:
+                ax.text(1e3 * (e.start + e.end) / 2, rows.index(e.row),
+                        e.name, ha='center', va='center', fontsize=7,
+                        color='white', clip_on=True)
         ax.set_yticks(range(len(rows)), rows)
         ax.invert_yaxis()
         ax.set_xlabel('milliseconds')
         kinds = sorted({e.kind for e in self.events})
         ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k)
-                           for k in kinds], loc='lower right', fontsize=8)
+                           for k in kinds], fontsize=8, frameon=False,
+                  loc='lower left', bbox_to_anchor=(1.0, 0.0))
         ax.set_title(title or f'recorded with {self.source}', fontsize=10)
         plt.tight_layout()
         plt.show()

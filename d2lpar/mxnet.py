@@ -33,7 +33,7 @@ __all__ = _common.SHARED + [
     'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
     'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
-    'synchronize', 'train', 'train_batch', 'try_all_gpus', 'try_devices',
+    'synchronize', 'train', 'train_batch', 'train_step_timeline', 'try_all_gpus', 'try_devices',
     'try_gpu']
 
 # What d2l does well, reused as it is.
@@ -122,6 +122,7 @@ class Timeline(_common.Timeline):
     """
 
     def __enter__(self):
+        npx.waitall()  # leave earlier work out of the picture
         self._t0 = time.perf_counter()
         self._profiler = mx.runtime.Features().is_enabled('PROFILER')
         if self._profiler:
@@ -356,3 +357,28 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
                          num_epochs, num_examples // num_epochs, accs)
     print(result)
     return result
+
+
+def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
+    """Run one `train_batch` step and return its `Timeline`, with the
+    results of each stage (split, forward, backward, allreduce, update)
+    watched on the device that computes them."""
+    check_replicas(device_params, devices)
+    with Timeline() as timeline:
+        X_shards, y_shards = split_batch(X, y, devices)
+        timeline.watch(X_shards, 'split', 'copy')
+        with autograd.record():
+            ls = [timeline.watch(loss(lenet(X_shard, params), y_shard),
+                                 'forward')
+                  for X_shard, y_shard, params in zip(
+                      X_shards, y_shards, device_params)]
+        for l, params in zip(ls, device_params):
+            l.backward()
+            timeline.watch([p.grad for p in params], 'backward')
+        for i in range(len(device_params[0])):
+            reduce([params[i].grad for params in device_params])
+        for params in device_params:
+            timeline.watch([p.grad for p in params], 'allreduce', 'copy')
+            sgd(params, lr, X.shape[0])
+            timeline.watch(params, 'update')
+    return timeline

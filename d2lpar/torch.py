@@ -14,7 +14,8 @@ from d2l import torch as _d2l  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+from torch.profiler import (  # noqa: E402
+    ProfilerActivity, profile, record_function)
 
 from d2lpar import _common  # noqa: E402
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
@@ -26,7 +27,7 @@ __all__ = _common.SHARED + [
     'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
     'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
-    'synchronize', 'train', 'train_batch', 'try_all_gpus', 'try_devices',
+    'synchronize', 'train', 'train_batch', 'train_step_timeline', 'try_all_gpus', 'try_devices',
     'try_gpu']
 
 # What d2l does well, reused as it is.
@@ -101,7 +102,8 @@ class Benchmark(_common.Benchmark):
 
 def _kind(name):
     return 'copy' if ('copy' in name.lower() or name == 'aten::to'
-                      or 'Memcpy' in name) else 'compute'
+                      or 'Memcpy' in name or name in ('split', 'allreduce')
+                      ) else 'compute'
 
 
 class Timeline(_common.Timeline):
@@ -120,6 +122,7 @@ class Timeline(_common.Timeline):
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         self._prof = profile(activities=activities)
+        synchronize()  # leave earlier work out of the picture
         with _common.quiet_stderr():
             self._prof.__enter__()
         return self
@@ -337,3 +340,28 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
                          num_epochs, num_examples // num_epochs, accs)
     print(result)
     return result
+
+
+def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
+    """Run one `train_batch` step and return its `Timeline`, each stage
+    (split, forward and backward per device, allreduce, update) marked
+    with ``torch.profiler.record_function``."""
+    check_replicas(device_params, devices)
+    with Timeline() as timeline:
+        with record_function('split'):
+            X_shards, y_shards = split_batch(X, y, devices)
+        ls = []
+        for k, (X_shard, y_shard, params) in enumerate(zip(
+                X_shards, y_shards, device_params)):
+            with record_function(f'forward {k + 1}'):
+                ls.append(loss(lenet(X_shard, params), y_shard).sum())
+        for k, l in enumerate(ls):
+            with record_function(f'backward {k + 1}'):
+                l.backward()
+        with record_function('allreduce'), torch.no_grad():
+            for i in range(len(device_params[0])):
+                reduce([params[i].grad for params in device_params])
+        with record_function('update'):
+            for params in device_params:
+                sgd(params, lr, X.shape[0])
+    return timeline
