@@ -1,0 +1,77 @@
+"""Timelines: a block with two known operations gives both, on the devices
+they ran on, in order; the chart and the Chrome trace can be made."""
+import json
+
+import numpy as np
+
+
+def two_operations(backend, tl, x):
+    """A product, then a copy of its result, on the first stand-in."""
+    y = tl.watch(x @ x, 'product')
+    if backend.name == 'torch':
+        z = y.to('cpu', copy=True)
+    else:
+        z = y.copyto(backend.cpu())
+    tl.watch(z, 'copy', 'copy')
+
+
+def test_timeline_holds_both_operations_in_order(backend, tmp_path):
+    x = backend.array(np.ones((200, 200), np.float32))
+    with backend.Timeline() as tl:
+        two_operations(backend, tl, x)
+    assert tl.events, 'nothing was recorded'
+    if backend.name == 'torch':
+        names = [e.name for e in tl.events]
+        assert 'aten::matmul' in names or 'aten::mm' in names, names
+        first = min(i for i, n in enumerate(names)
+                    if n in ('aten::matmul', 'aten::mm'))
+        copy = names.index('aten::to')
+        assert first < copy
+        assert tl.events[copy].kind == 'copy'
+        assert {tl.events[first].row, tl.events[copy].row} == {'CPU'}
+    else:
+        assert [e.name for e in tl.events] == ['product', 'copy']
+        assert [e.row for e in tl.events] == ['cpu(0)', 'cpu(0)']
+        assert [e.kind for e in tl.events] == ['compute', 'copy']
+    starts = [e.start for e in tl.events]
+    assert starts == sorted(starts)
+    assert all(0 <= e.start <= e.end for e in tl.events)
+    trace = json.loads(open(tl.save(tmp_path / 'trace.json')).read())
+    assert trace['traceEvents']
+    assert tl.plot('test') is not None
+
+
+def test_timeline_rows_follow_the_devices(backend):
+    devices = backend.try_devices(2)
+    xs = [backend.array(np.ones((100, 100), np.float32), d) for d in devices]
+    with backend.Timeline() as tl:
+        for i, x in enumerate(xs):
+            tl.watch(x @ x, f'on {i}')
+    if backend.name == 'mxnet':  # one row per context, watched in order
+        assert tl.rows() == ['cpu(0)', 'cpu(1)']
+        assert {e.name: e.row for e in tl.events} == {'on 0': 'cpu(0)',
+                                                       'on 1': 'cpu(1)'}
+    else:  # the profiler sees one CPU thread doing both
+        assert tl.rows() == ['CPU']
+        assert len([e for e in tl.events if e.name in
+                    ('aten::matmul', 'aten::mm')]) == 2
+
+
+def test_train_step_timeline_shows_every_stage(backend):
+    backend.seed(0)
+    devices = backend.try_devices(2)
+    train_iter, _ = backend.load_data_fashion_mnist(32, 64, 32)
+    X, y = next(iter(train_iter))
+    params = [backend.get_params(backend.lenet_params(), d)
+              for d in devices]
+    tl = backend.train_step_timeline(X, y, params, devices, 0.1)
+    names = {e.name for e in tl.events}
+    if backend.name == 'torch':
+        assert {'split', 'forward 1', 'forward 2', 'backward 1',
+                'backward 2', 'allreduce', 'update'} <= names
+    else:
+        assert names == {'split', 'forward', 'backward', 'allreduce',
+                         'update'}
+        assert tl.rows() == ['cpu(0)', 'cpu(1)']
+    kinds = {e.name: e.kind for e in tl.events}
+    assert kinds['allreduce'] == kinds['split'] == 'copy'
