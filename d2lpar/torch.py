@@ -151,7 +151,7 @@ class Timeline(_common.Timeline):
         return False
 
     def save(self, path):
-        self._prof.export_chrome_trace(path)
+        self._prof.export_chrome_trace(str(path))
         return path
 
 
