@@ -8,8 +8,11 @@ this folder (the `_test_env` fixture), not for the whole process: `make
 test` runs the notebooks under nbval in the same pytest workers, and their
 kernels inherit the workers' environment.
 """
+import atexit
 import importlib
+import shutil
 import sys
+import tempfile
 
 import matplotlib
 
@@ -18,9 +21,14 @@ matplotlib.use('Agg')  # before d2l imports pyplot; this process only
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
-# Few examples, no deadline (the first MXNet call is slow), and no example
-# database: nothing is written into the repository.
+# Few examples, no deadline (the first MXNet call is slow), no example
+# database, and Hypothesis' other files (its cache of constants) in a
+# temporary folder: nothing is written into the repository.
+_hypothesis_home = tempfile.mkdtemp(prefix='d2lpar-hypothesis-')
+atexit.register(shutil.rmtree, _hypothesis_home, True)
+set_hypothesis_home_dir(_hypothesis_home)
 settings.register_profile(
     'd2lpar', max_examples=25, deadline=None, database=None,
     suppress_health_check=[HealthCheck.too_slow,

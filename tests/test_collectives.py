@@ -64,17 +64,15 @@ def test_reduce_of_the_gradients_of_get_params_copies(backend, reduce):
     copies = [backend.get_params(params, d) for d in devices]
     for i, (p,) in enumerate(copies):
         assert backend.device_of(p) == devices[i]
-    grads = [p.grad for (p,) in copies]
-    if backend.name == 'torch':
-        for i, (p,) in enumerate(copies):
+    for i, (p,) in enumerate(copies):  # device i gets gradient i + 1
+        if backend.name == 'torch':
             (p * (i + 1)).sum().backward()
-        grads = [p.grad for (p,) in copies]
-    else:
-        from mxnet import autograd
-        for i, (p,) in enumerate(copies):
+        else:
+            from mxnet import autograd
             with autograd.record():
                 loss = (p * (i + 1)).sum()
             loss.backward()
+    grads = [p.grad for (p,) in copies]
     getattr(backend, reduce)(grads)
     for (p,), d in zip(copies, devices):
         np.testing.assert_array_equal(backend.numpy(p.grad),
