@@ -36,6 +36,8 @@ def say_once(message):
 
 def fallback_notice(num_wanted, num_found, stand_ins):
     """Say in plain words what `try_devices` fell back to."""
+    if num_wanted == 1:
+        return 'No GPU found: using the CPU.'
     found = 'No GPU' if num_found == 0 else f'Only {num_found} GPU(s)'
     return (f'{found} found, {num_wanted} devices requested: using '
             f'{num_wanted} CPU stand-ins ({stand_ins}). They share this '
@@ -283,7 +285,15 @@ def data_dir():
     can be written; else a per-user cache (``$XDG_CACHE_HOME/d2lpar`` or
     ``~/.cache/d2lpar``), e.g. for a read-only checkout on a shared server.
     """
-    candidates = [os.environ.get('D2LPAR_DATA'), os.path.join('..', 'data'),
+    chosen = os.environ.get('D2LPAR_DATA')
+    if chosen:
+        try:
+            os.makedirs(chosen, exist_ok=True)
+        except OSError as e:
+            raise DataError(f'D2LPAR_DATA={chosen} cannot be created ({e}): '
+                            f'point it to a folder you can write to.') from e
+        return os.path.abspath(chosen)
+    candidates = [None, os.path.join('..', 'data'),
                   os.path.join(os.environ.get('XDG_CACHE_HOME')
                                or os.path.expanduser('~/.cache'), 'd2lpar')]
     for d in candidates:

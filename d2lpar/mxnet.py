@@ -6,6 +6,7 @@ than there are, `try_devices` hands out the CPU contexts ``cpu(0)``,
 ``cpu(1)``, ... as stand-ins (MXNet runs each on its own engine thread)
 and says so once.
 """
+import ctypes
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ os.environ.setdefault('MXNET_CPU_TEMP_COPY', '16')
 
 from d2l import mxnet as _d2l  # noqa: E402
 import mxnet as mx  # noqa: E402
+from mxnet.base import _LIB, check_call  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
@@ -269,16 +271,23 @@ def get_params(params, device):
     return new_params
 
 
+def _memory(x):
+    """Where the data of `x` lives: views of one array share it."""
+    pointer = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(x.handle, ctypes.byref(pointer)))
+    return (str(x.ctx), pointer.value) if x.size else id(x)
+
+
 def allreduce(data):
-    check_allreduce(data)
+    check_allreduce(data, memory_of=_memory)
     for i in range(1, len(data)):
-        data[0] += data[i].as_in_ctx(data[0].ctx)
+        np.add(data[0], data[i].as_in_ctx(data[0].ctx), out=data[0])
     for i in range(1, len(data)):
         data[0].copyto(data[i])
 
 
 def _flat(x):
-    return x.reshape(-1)  # a copy in MXNet: _unflat writes it back
+    return x.reshape(-1)  # reshape copies in MXNet: _unflat writes it back
 
 
 def _copy_like(src, dst):
@@ -292,7 +301,7 @@ def _unflat(flat, x):
 def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
-    check_allreduce(data)
+    check_allreduce(data, memory_of=_memory)
     _common.ring_allreduce_with(data, _flat, _copy_like, _unflat)
 
 

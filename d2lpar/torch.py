@@ -251,7 +251,7 @@ def allreduce(data):
     check_allreduce(data, memory_of=_memory)
     with torch.no_grad():
         for i in range(1, len(data)):
-            data[0] += data[i].to(data[0].device)
+            data[0].add_(data[i].to(data[0].device))
         for i in range(1, len(data)):
             data[i].copy_(data[0])
 
