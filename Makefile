@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # One data cache for the lessons and the tests (see README, "Data").
 export D2LPAR_DATA ?= $(CURDIR)/data
-PYTEST_FLAGS ?= -n 2 --dist loadscope -p no:cacheprovider
+PYTEST_FLAGS ?= -n 2 --dist loadscope -p no:cacheprovider --durations=15
 NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	--sanitize-with tests/nbval_sanitize.cfg
 
@@ -23,8 +23,10 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 		--no-build-isolation -e .
 	touch $(STAMP)
 
+# Root (a container) has to say so to Jupyter.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/ \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Regenerate notebooks/<lang>/<framework>/*.ipynb from notebooks/<lang>/*.md
 notebooks:

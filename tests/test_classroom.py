@@ -1,5 +1,6 @@
-"""What students do to a lesson: run it all twice in one kernel, and
-interrupt training. Both must leave a working kernel and right results."""
+"""What students do to a lesson: run it all twice in one kernel (offline,
+with an empty data cache), and interrupt training. Both must leave a
+working kernel and right results."""
 import json
 import pathlib
 import time
@@ -27,6 +28,7 @@ def test_run_all_twice_in_one_kernel(path, monkeypatch):
     nb = nbformat.read(path, 4)
     client = NotebookClient(nb, timeout=300, kernel_name='python3',
                             resources={'metadata': {'path': str(path.parent)}})
+    notices = []
     with client.setup_kernel():
         for run in (1, 2):
             for index, cell in enumerate(nb.cells):
@@ -34,6 +36,11 @@ def test_run_all_twice_in_one_kernel(path, monkeypatch):
                     cell.outputs = []
                     client.execute_cell(cell, index)
             assert checked_outputs(nb) == expected, f'run {run} of {path}'
+            text = ''.join(''.join(o.get('text', '')) for c in nb.cells
+                           if c.cell_type == 'code' for o in c.outputs)
+            notices.append(text.count('using a synthetic stand-in'))
+    # Offline with an empty cache (see conftest): the lesson says so, once
+    assert notices == [1, 0]
 
 
 BACKENDS = {'torch': 'from d2lpar import torch as d2l',
