@@ -241,6 +241,8 @@ def lenet_params(scale=0.1):
 
 
 def lenet(X, params):
+    """The LeNet-style network of the lesson, written with functions so
+    that its parameters can live on any device."""
     h1_conv = npx.convolution(data=X, weight=params[0], bias=params[1],
                               kernel=(3, 3), num_filter=20)
     h1_activation = npx.relu(h1_conv)
@@ -265,6 +267,8 @@ loss = gluon.loss.SoftmaxCrossEntropyLoss()
 # Data parallelism from scratch
 # --------------------------------------------------------------------------
 def get_params(params, device):
+    """A copy of `params` on `device`, with gradients attached. Always a
+    copy, even on the same device, so every device owns its parameters."""
     new_params = [p.copyto(device) for p in params]
     for p in new_params:
         p.attach_grad()
@@ -279,6 +283,9 @@ def _memory(x):
 
 
 def allreduce(data):
+    """Sum the arrays of `data` (one per device) in place: afterwards every
+    one holds the elementwise sum. The first device gathers and adds up
+    everything, then sends the sum back (the book's simple version)."""
     check_allreduce(data, memory_of=_memory)
     for i in range(1, len(data)):
         np.add(data[0], data[i].as_in_ctx(data[0].ctx), out=data[0])
@@ -306,12 +313,18 @@ def ring_allreduce(data):
 
 
 def split_batch(X, y, devices):
+    """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
+    shard i on devices[i]. A ValueError if X and y differ in length or
+    there are fewer examples than devices."""
     devices = check_split(len(X), len(y), devices)
     return (gluon.utils.split_and_load(X, devices, even_split=False),
             gluon.utils.split_and_load(y, devices, even_split=False))
 
 
 def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    """One step of data-parallel minibatch SGD: split the batch, compute
+    loss and gradient on every device, sum the gradients with `reduce`,
+    and update every copy of the parameters."""
     check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
     with autograd.record():  # Each device computes the loss on its shard
@@ -329,6 +342,9 @@ def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
 
 
 def evaluate_accuracy(net, data_iter, device=None):
+    """The fraction of examples of `data_iter` that `net` classifies
+    correctly, computed on `device` (default: the first GPU, else the
+    CPU)."""
     device = try_gpu() if device is None else device
     correct, total = 0, 0
     for X, y in data_iter:
@@ -339,8 +355,16 @@ def evaluate_accuracy(net, data_iter, device=None):
     return float(correct) / total
 
 
+# `train` reads the same in d2lpar.torch: the lesson shows it as one
+# framework-free cell, and tests/test_notebooks.py keeps both copies equal
+# to that cell.
 def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
           num_test=None, params=None, reduce=allreduce, plot=True):
+    """Train the LeNet of the lesson from scratch with data parallelism on
+    `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
+    test accuracy per epoch, and return a `TrainResult` (test accuracy,
+    seconds per epoch, devices). `num_train` and `num_test` keep only
+    that many examples, for quick runs on a CPU."""
     train_iter, test_iter = load_data_fashion_mnist(
         batch_size, num_train, num_test)
     devices = try_devices(num_gpus)

@@ -217,6 +217,8 @@ def lenet_params(scale=0.1):
 
 
 def lenet(X, params):
+    """The LeNet-style network of the lesson, written with functions so
+    that its parameters can live on any device."""
     h1_conv = F.conv2d(input=X, weight=params[0], bias=params[1])
     h1_activation = F.relu(h1_conv)
     h1 = F.avg_pool2d(input=h1_activation, kernel_size=(2, 2), stride=(2, 2))
@@ -237,6 +239,8 @@ loss = nn.CrossEntropyLoss(reduction='none')
 # Data parallelism from scratch
 # --------------------------------------------------------------------------
 def get_params(params, device):
+    """A copy of `params` on `device`, with gradients attached. Always a
+    copy, even on the same device, so every device owns its parameters."""
     new_params = [p.detach().to(device, copy=True) for p in params]
     for p in new_params:
         p.requires_grad_()
@@ -248,6 +252,9 @@ def _memory(x):
 
 
 def allreduce(data):
+    """Sum the arrays of `data` (one per device) in place: afterwards every
+    one holds the elementwise sum. The first device gathers and adds up
+    everything, then sends the sum back (the book's simple version)."""
     check_allreduce(data, memory_of=_memory)
     with torch.no_grad():
         for i in range(1, len(data)):
@@ -276,6 +283,9 @@ def ring_allreduce(data):
 
 
 def split_batch(X, y, devices):
+    """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
+    shard i on devices[i]. A ValueError if X and y differ in length or
+    there are fewer examples than devices."""
     devices = check_split(len(X), len(y), devices)
     k = len(devices)
     return ([x.to(d, non_blocking=True)
@@ -285,6 +295,9 @@ def split_batch(X, y, devices):
 
 
 def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    """One step of data-parallel minibatch SGD: split the batch, compute
+    loss and gradient on every device, sum the gradients with `reduce`,
+    and update every copy of the parameters."""
     check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
     # Each device computes the loss on its own shard...
@@ -303,6 +316,9 @@ def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
 
 
 def evaluate_accuracy(net, data_iter, device=None):
+    """The fraction of examples of `data_iter` that `net` classifies
+    correctly, computed on `device` (default: the first GPU, else the
+    CPU)."""
     device = try_gpu() if device is None else device
     correct, total = 0, 0
     with torch.no_grad():
@@ -313,8 +329,16 @@ def evaluate_accuracy(net, data_iter, device=None):
     return float(correct) / total
 
 
+# `train` reads the same in d2lpar.mxnet: the lesson shows it as one
+# framework-free cell, and tests/test_notebooks.py keeps both copies equal
+# to that cell.
 def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
           num_test=None, params=None, reduce=allreduce, plot=True):
+    """Train the LeNet of the lesson from scratch with data parallelism on
+    `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
+    test accuracy per epoch, and return a `TrainResult` (test accuracy,
+    seconds per epoch, devices). `num_train` and `num_test` keep only
+    that many examples, for quick runs on a CPU."""
     train_iter, test_iter = load_data_fashion_mnist(
         batch_size, num_train, num_test)
     devices = try_devices(num_gpus)

@@ -1,0 +1,239 @@
+"""Data-parallel training of the lessons' LeNet with PyTorch's
+DistributedDataParallel (DDP): one process per device, on one machine or
+on several.
+
+One machine, two processes (the CPU: backend gloo; GPUs: nccl, process i
+on cuda:i)::
+
+    torchrun --standalone --nproc-per-node 2 -m d2lpar.ddp_train --out OUT
+
+Several machines: the same command on each, pointing at the first one
+(HOST), with G processes per machine::
+
+    torchrun --nnodes 2 --nproc-per-node G --rdzv-backend c10d \\
+        --rdzv-endpoint HOST:29500 -m d2lpar.ddp_train --out OUT
+
+(the c10d rendezvous numbers the machines itself; ``--node-rank R`` is
+only needed with ``--rdzv-backend static``). From Python,
+``d2lpar.distributed.launch_torch`` runs the first command on loopback.
+
+The global batch (``--batch-size``) is cut into equal contiguous shards,
+one per process. Every process starts from the same parameters (drawn from
+``--seed``, as ``lenet_params`` draws them) and the same shuffled order,
+takes the mean loss over its shard and lets DDP average the gradients:
+the mean of k shard means is the mean over the global batch, so k
+processes take the same steps as one process with the same global batch.
+
+Timing, per process and step. *Compute* runs from the start of the
+forward pass until DDP hands over the last gradient bucket for reduction
+(all gradients computed). *Communication* is the wall time during which
+at least one bucket's allreduce is in flight: a communication hook wraps
+DDP's default ``allreduce_hook`` and notes when each bucket is handed
+over and when its future completes. (Buckets may overlap the backward
+pass, then the two times overlap too; LeNet fits in one bucket.) On a GPU
+the hook waits for the stream at both ends so that the clock sees the
+kernels, not just their launch. *Total* is the wall time of the training
+loop, updates included. Writes OUT/rank{r}.json per process and, on rank
+0, OUT/params_step1.pt (the parameters after the first step) and
+OUT/result.json (test accuracy, and every process's times).
+"""
+import argparse
+import json
+import os
+import socket
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+
+from d2lpar import _common
+
+
+def lenet(seed):
+    """The lessons' LeNet, with the values lenet_params() draws after
+    torch.manual_seed(seed): N(0, 0.1) weights, zero biases."""
+    net = nn.Sequential(
+        nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(2, 2),
+        nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(2, 2),
+        nn.Flatten(), nn.Linear(800, 128), nn.ReLU(), nn.Linear(128, 10))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for layer in (net[0], net[3], net[7], net[9]):
+            if isinstance(layer, nn.Linear):  # lenet_params: (in, out)
+                w = torch.randn(layer.in_features, layer.out_features).T
+            else:
+                w = torch.randn(layer.weight.shape)
+            layer.weight.copy_(w * 0.1)
+            layer.bias.zero_()
+    return net
+
+
+class CommTimer:
+    """When each bucket's allreduce started and ended (the hook's state)."""
+
+    def __init__(self, cuda):
+        self.cuda, self.spans, self.handed_over = cuda, [], None
+
+    def busy(self):
+        """Seconds during which some allreduce was in flight; resets."""
+        total, end = 0.0, float('-inf')
+        for a, b in sorted(self.spans):
+            total += max(0.0, b - max(a, end))
+            end = max(end, b)
+        self.spans = []
+        return total
+
+
+def timed_allreduce(timer, bucket):
+    """A DDP communication hook: DDP's own allreduce, with a stopwatch."""
+    if timer.cuda:  # the gradients of this bucket are really computed
+        torch.cuda.current_stream().synchronize()
+    start = timer.handed_over = time.perf_counter()
+
+    def done(fut):
+        if timer.cuda:
+            torch.cuda.current_stream().synchronize()
+        timer.spans.append((start, time.perf_counter()))
+        return fut.value()
+
+    return default_hooks.allreduce_hook(None, bucket).then(done)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--out', required=True, help='folder for the results')
+    p.add_argument('--epochs', type=int, default=2)
+    p.add_argument('--batch-size', type=int, default=256,
+                   help='global batch, over all processes')
+    p.add_argument('--lr', type=float, default=0.2)
+    p.add_argument('--num-train', type=int, default=None)
+    p.add_argument('--num-test', type=int, default=None)
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--cpu', action='store_true', help='gloo on the CPU '
+                   'even when there are GPUs')
+    p.add_argument('--crash-at-step', type=int, default=None,
+                   help='to test failure handling: --crash-rank fails here')
+    p.add_argument('--crash-rank', type=int, default=0)
+    return p.parse_args(argv)
+
+
+@record  # torchrun then reports the traceback of a failed rank
+def main(argv=None):
+    args = parse_args(argv)
+    if 'RANK' not in os.environ:
+        raise SystemExit('Start this script with torchrun, e.g. torchrun '
+                         '--standalone --nproc-per-node 2 -m '
+                         'd2lpar.ddp_train --out OUT')
+    rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+    local_rank = int(os.environ['LOCAL_RANK'])
+    B = args.batch_size
+    if B % world:
+        raise ValueError(f'--batch-size {B} cannot be cut into {world} equal '
+                         f'shards: pass a multiple of {world}.')
+    b = B // world  # this process's shard of every global batch
+    cuda = torch.cuda.is_available() and not args.cpu
+    if cuda:
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(f'local rank {local_rank} has no GPU: this '
+                               f'machine has {torch.cuda.device_count()}.')
+        device = torch.device(f'cuda:{local_rank}')
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device('cpu')
+    backend = 'nccl' if cuda else 'gloo'
+    dist.init_process_group(backend)
+
+    X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
+        args.num_train, args.num_test)
+    if len(y_train) < B:
+        raise ValueError(f'{len(y_train)} training examples make no global '
+                         f'batch of {B}.')
+    model = DistributedDataParallel(  # broadcasts rank 0's parameters
+        lenet(args.seed).to(device), device_ids=[local_rank] if cuda else None)
+    timer = CommTimer(cuda)
+    model.register_comm_hook(timer, timed_allreduce)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
+    rng = np.random.default_rng(args.seed)  # the same order everywhere
+    steps_per_epoch = len(y_train) // B
+    step, compute, communication = 0, 0.0, 0.0
+    os.makedirs(args.out, exist_ok=True)
+
+    dist.barrier()  # start the clocks together
+    start = time.perf_counter()
+    for epoch in range(args.epochs):
+        order = rng.permutation(len(y_train))
+        for i in range(steps_per_epoch):
+            step += 1
+            if step == args.crash_at_step and rank == args.crash_rank:
+                raise RuntimeError(f'rank {rank} crashes at step {step}, as '
+                                   f'asked by --crash-at-step')
+            idx = order[i * B + rank * b:i * B + (rank + 1) * b]
+            X = torch.from_numpy(X_train[idx]).to(device)
+            y = torch.from_numpy(y_train[idx]).to(device)
+            t0 = time.perf_counter()
+            optimizer.zero_grad()
+            loss = loss_fn(model(X), y)
+            loss.backward()  # DDP averages the gradients over processes
+            compute += timer.handed_over - t0
+            communication += timer.busy()
+            optimizer.step()
+            if step == 1 and rank == 0:
+                torch.save({k: v.detach().cpu() for k, v in
+                            model.module.state_dict().items()},
+                           os.path.join(args.out, 'params_step1.pt'))
+        if rank == 0:
+            print(f'epoch {epoch + 1}: loss {loss.item():.3f} (rank 0 shard)'
+                  f', {time.perf_counter() - start:.1f} sec', flush=True)
+    if cuda:
+        torch.cuda.synchronize()
+    total = time.perf_counter() - start
+
+    mine = {'rank': rank, 'local_rank': local_rank, 'world_size': world,
+            'host': socket.gethostname(), 'backend': backend,
+            'device': str(device), 'steps': step, 'examples': step * b,
+            'seconds_compute': compute,
+            'seconds_communication': communication, 'seconds_total': total}
+    everyone = [None] * world
+    dist.all_gather_object(everyone, mine)
+    if rank == 0:
+        mine['test_acc'] = evaluate(model.module, X_test, y_test, device)
+        result = {'framework': 'torch', 'world_size': world,
+                  'backend': backend, 'epochs': args.epochs,
+                  'batch_size': B, 'lr': args.lr, 'seed': args.seed,
+                  'num_train': len(y_train), 'num_test': len(y_test),
+                  'data': source, 'steps': step,
+                  'examples': step * B, 'test_acc': mine['test_acc'],
+                  'seconds_total': max(p['seconds_total'] for p in everyone),
+                  'processes': everyone}
+        write_json(os.path.join(args.out, 'result.json'), result)
+        print(f'test acc {mine["test_acc"]:.3f} with {world} processes '
+              f'({backend}), {total:.1f} sec', flush=True)
+    write_json(os.path.join(args.out, f'rank{rank}.json'), mine)
+    dist.destroy_process_group()
+
+
+def evaluate(net, X, y, device, batch_size=1024):
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(y), batch_size):
+            X_b = torch.from_numpy(X[i:i + batch_size]).to(device)
+            y_b = torch.from_numpy(y[i:i + batch_size]).to(device)
+            correct += int((net(X_b).argmax(dim=1) == y_b).sum())
+    return correct / len(y)
+
+
+def write_json(path, data):
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)  # no half-written file under the real name
+
+
+if __name__ == '__main__':
+    main()
