@@ -24,6 +24,9 @@ from mxnet.base import _LIB, check_call  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
+from d2lpar import distributed as _distributed  # noqa: E402
+from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
+    DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: F401 (re-exported names)
     DataError, TrainResult, check_allreduce, check_devices, check_replicas,
     check_split, data_dir, plot_allreduce, plot_scaling, plot_timings,
@@ -32,6 +35,8 @@ from d2lpar._common import (  # noqa: F401 (re-exported names)
 npx.set_np()
 
 __all__ = _common.SHARED + [
+    'DistributedResult', 'distributed_commands', 'plot_processes',
+    'print_processes', 'train_distributed',
     'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
     'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
@@ -415,3 +420,25 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
             sgd(params, lr, X.shape[0])
             timeline.watch(params, 'update')
     return timeline
+
+
+# --------------------------------------------------------------------------
+# Several processes, on this machine or on several (d2lpar.distributed)
+# --------------------------------------------------------------------------
+def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
+                      num_train=None, num_test=None, port=None, timeout=300):
+    """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
+    (the dist_sync KVStore with a scheduler and a server), each on its share of every
+    global batch; print and return a `DistributedResult` with the times of
+    every process. A crashed worker, a port in use or the `timeout` end the
+    run with a RuntimeError, and no process is left behind."""
+    return _distributed.train('mxnet', num_workers, batch_size, lr,
+                              num_epochs, num_train, num_test, port, timeout)
+
+
+def distributed_commands(hosts, workers_per_host=1, port=29500,
+                         out_dir='OUT'):
+    """The command lines that run the same training on the machines
+    `hosts` (the first one coordinates), one line per command."""
+    return _distributed.command_for_machines('mxnet', hosts,
+                                             workers_per_host, port, out_dir)

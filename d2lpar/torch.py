@@ -18,12 +18,17 @@ from torch.profiler import (  # noqa: E402
     ProfilerActivity, profile, record_function)
 
 from d2lpar import _common  # noqa: E402
+from d2lpar import distributed as _distributed  # noqa: E402
+from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
+    DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     DataError, TrainResult, check_allreduce, check_devices, check_replicas,
     check_split, data_dir, plot_allreduce, plot_scaling, plot_timings,
     say_once)
 
 __all__ = _common.SHARED + [
+    'DistributedResult', 'distributed_commands', 'plot_processes',
+    'print_processes', 'train_distributed',
     'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
     'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
@@ -389,3 +394,25 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
             for params in device_params:
                 sgd(params, lr, X.shape[0])
     return timeline
+
+
+# --------------------------------------------------------------------------
+# Several processes, on this machine or on several (d2lpar.distributed)
+# --------------------------------------------------------------------------
+def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
+                      num_train=None, num_test=None, port=None, timeout=300):
+    """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
+    (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
+    global batch; print and return a `DistributedResult` with the times of
+    every process. A crashed worker, a port in use or the `timeout` end the
+    run with a RuntimeError, and no process is left behind."""
+    return _distributed.train('torch', num_workers, batch_size, lr,
+                              num_epochs, num_train, num_test, port, timeout)
+
+
+def distributed_commands(hosts, workers_per_host=1, port=29500,
+                         out_dir='OUT'):
+    """The command lines that run the same training on the machines
+    `hosts` (the first one coordinates), one line per command."""
+    return _distributed.command_for_machines('torch', hosts,
+                                             workers_per_host, port, out_dir)

@@ -1,0 +1,483 @@
+"""Start, watch and stop multi-process training on this machine, and write
+the command lines that run it on several machines.
+
+Framework-free: the training itself runs in other processes, the PyTorch
+script ``d2lpar.ddp_train`` under ``torchrun`` and the MXNet script
+``d2lpar.kvstore_train`` as scheduler, server and workers, all on the
+loopback interface (127.0.0.1). This module imports neither framework.
+Every process computes with one thread (OMP_NUM_THREADS=1, unless the
+environment says otherwise), so k processes stand for k one-core machines.
+
+A failed or stuck run never leaves processes behind: each child starts in
+a session of its own, with a mark in its environment that its own
+children inherit; when a run fails, times out, or Python exits, every
+marked process gets SIGTERM, then SIGKILL.
+"""
+import atexit
+import dataclasses
+import errno
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from d2lpar import _common
+
+HOST = '127.0.0.1'
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MARK = 'D2LPAR_RUN'  # environment variable that marks our processes
+_OUTPUTS = re.compile(r'^(rank\d+\.json|worker\d+\.json|result\.json|'
+                      r'params_step1\.(pt|npz)|torchrun\.log|scheduler\.log|'
+                      r'server\.log|worker-process-\d+\.log)$')
+
+
+# --------------------------------------------------------------------------
+# Ports
+# --------------------------------------------------------------------------
+def free_port(host=HOST):
+    """A TCP port that nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port(port, host=HOST):
+    """Return `port` if it can be bound on `host`, else a RuntimeError."""
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f'A port is an int from 1 to 65535, got {port!r}.')
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise RuntimeError(
+                    f'port {port} on {host} is already in use (another '
+                    f'training run?): pass another port or stop that '
+                    f'process.') from None
+            raise RuntimeError(f'port {port} on {host} cannot be used '
+                               f'({e}): pass another port.') from None
+    return port
+
+
+# --------------------------------------------------------------------------
+# Process groups that always get cleaned up
+# --------------------------------------------------------------------------
+def _marked(mark):
+    """Pids of the live processes whose environment carries `mark`."""
+    needle = f'{_MARK}={mark}'
+    try:
+        import psutil
+    except ImportError:  # Linux without psutil: read /proc directly
+        pids = []
+        if not os.path.isdir('/proc'):
+            return pids  # then only the process groups get stopped
+        for pid in filter(str.isdigit, os.listdir('/proc')):
+            try:
+                with open(f'/proc/{pid}/environ', 'rb') as f:
+                    if needle.encode() in f.read().split(b'\0'):
+                        pids.append(int(pid))
+            except OSError:
+                pass
+        return pids
+    pids = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(_MARK) == mark:
+                pids.append(p.pid)
+        except (psutil.Error, OSError):
+            pass
+    return pids
+
+
+def _signal(pid, sig, group=False):
+    try:
+        os.killpg(pid, sig) if group else os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Processes:
+    """The processes of one run: `start` them, then leave the ``with``
+    block, which stops whatever is still running (SIGTERM, then SIGKILL
+    after `grace` seconds), their children included."""
+    _live = []
+
+    def __init__(self, out_dir, grace=5.0):
+        self.out_dir, self.grace = out_dir, grace
+        self.mark = uuid.uuid4().hex
+        self.procs = {}  # name -> Popen
+        self.logs = {}  # name -> log file
+
+    def start(self, name, cmd, env):
+        log = os.path.join(self.out_dir, re.sub(r'\W+', '-', name) + '.log')
+        self.logs[name] = log
+        with open(log, 'wb') as f:
+            self.procs[name] = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=f,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                env={**env, _MARK: self.mark})
+        return self.procs[name]
+
+    def tail(self, name, lines=15):
+        try:
+            with open(self.logs[name], errors='replace') as f:
+                text = f.read().rstrip().splitlines()
+        except OSError:
+            return '(no log)'
+        return '\n'.join(text[-lines:]) or '(empty log)'
+
+    def stop(self):
+        """SIGTERM everything still running, SIGKILL it after `grace`."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            alive = [p for p in self.procs.values() if p.poll() is None]
+            others = _marked(self.mark)
+            if not alive and not others:
+                break
+            for p in alive:
+                _signal(p.pid, sig, group=True)
+            for pid in others:
+                _signal(pid, sig)
+            deadline = time.monotonic() + self.grace
+            while time.monotonic() < deadline and (
+                    any(p.poll() is None for p in self.procs.values())
+                    or _marked(self.mark)):
+                time.sleep(0.1)
+        for p in self.procs.values():
+            p.wait()
+
+    def __enter__(self):
+        Processes._live.append(self)
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            self.stop()
+        finally:
+            Processes._live.remove(self)
+        return False
+
+
+@atexit.register
+def _stop_all():
+    for group in list(Processes._live):
+        group.stop()
+
+
+# --------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------
+@dataclasses.dataclass
+class DistributedResult(_common.TrainResult):
+    """A `TrainResult` (so `plot_scaling` takes it) plus what each process
+    measured: `processes` holds one dict per worker, by rank."""
+    framework: str = ''
+    backend: str = ''
+    processes: list = dataclasses.field(default_factory=list)
+    out_dir: str = ''
+    summary: dict = dataclasses.field(default_factory=dict)  # result.json
+
+    @property
+    def num_workers(self):
+        return len(self.processes)
+
+    def __str__(self):
+        devices = ', '.join(sorted({p['device'] for p in self.processes}))
+        return (f'test acc: {self.test_acc:.2f}, {self.sec_per_epoch:.1f} '
+                f'sec/epoch with {self.num_workers} processes '
+                f'({self.framework}, {self.backend}, {devices})')
+
+
+def _collect(framework, out_dir, prefix, num_workers):
+    import json
+    with open(os.path.join(out_dir, 'result.json')) as f:
+        summary = json.load(f)
+    processes = []
+    for r in range(num_workers):
+        with open(os.path.join(out_dir, f'{prefix}{r}.json')) as f:
+            processes.append(json.load(f))
+    seconds = max(p['seconds_total'] for p in processes)
+    epochs = summary['epochs']
+    return DistributedResult(
+        summary['test_acc'], seconds / epochs,
+        [f'{p["device"]} (rank {p["rank"]})' for p in processes], epochs,
+        summary['examples'] // epochs, [summary['test_acc']],
+        framework, summary['backend'], processes, out_dir, summary)
+
+
+def _prepare(out_dir, num_workers, timeout):
+    if not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f'num_workers must be an int >= 1, got '
+                         f'{num_workers!r}.')
+    if timeout <= 0:
+        raise ValueError(f'timeout must be positive, got {timeout!r}.')
+    out_dir = os.path.abspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    for name in os.listdir(out_dir):  # no stale results from a former run
+        if _OUTPUTS.match(name):
+            os.remove(os.path.join(out_dir, name))
+    return out_dir
+
+
+def _env(extra=()):
+    env = dict(os.environ, PYTHONUNBUFFERED='1', **dict(extra))
+    path = env.get('PYTHONPATH')
+    env['PYTHONPATH'] = _REPO + (os.pathsep + path if path else '')
+    # One thread per process, as torchrun sets it for several: k processes
+    # use k cores, like k one-core machines (unless told otherwise).
+    env.setdefault('OMP_NUM_THREADS', '1')
+    return env
+
+
+# --------------------------------------------------------------------------
+# PyTorch: torchrun and d2lpar.ddp_train
+# --------------------------------------------------------------------------
+def _torch_failure(log):
+    """(rank, exit code, error) of torchrun's 'Root Cause' summary."""
+    try:
+        with open(log, errors='replace') as f:
+            text = f.read()
+    except OSError:
+        return None
+    cause = text.partition('Root Cause (first observed failure):')[2]
+    rank = re.search(r'rank\s*:\s*(\d+)', cause)
+    if not rank:
+        return None
+    code = re.search(r'exitcode\s*:\s*(-?\d+)', cause)
+    lines = [ln.strip() for ln in cause.partition('\n===')[0].splitlines()
+             if ln.strip()]
+    return int(rank[1]), code[1] if code else '?', lines[-1] if lines else ''
+
+
+def launch_torch(num_workers, out_dir, script_args=(), port=None,
+                 timeout=300):
+    """Run ``d2lpar.ddp_train`` in `num_workers` processes under torchrun on
+    127.0.0.1 (rendezvous at `port`, default: a free one) and return a
+    `DistributedResult`. Raises RuntimeError, with the failing rank and
+    the end of the log, when a process fails or `timeout` seconds pass;
+    no process is left behind either way."""
+    port = free_port() if port is None else check_port(port)
+    out_dir = _prepare(out_dir, num_workers, timeout)
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
+           '--nproc-per-node', str(num_workers), '--rdzv-backend', 'c10d',
+           '--rdzv-endpoint', f'{HOST}:{port}', '--max-restarts', '0',
+           '-m', 'd2lpar.ddp_train', '--out', out_dir,
+           *map(str, script_args)]
+    with Processes(out_dir) as run:
+        proc = run.start('torchrun', cmd, _env())
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            run.stop()
+            raise RuntimeError(
+                f'PyTorch training with {num_workers} processes did not '
+                f'finish within {timeout} s: stopped all its processes. '
+                f'End of {run.logs["torchrun"]}:\n'
+                f'{run.tail("torchrun")}') from None
+        if code != 0:
+            failure = _torch_failure(run.logs['torchrun'])
+            what = (f'rank {failure[0]} failed (exit code {failure[1]}): '
+                    f'{failure[2]}' if failure else
+                    f'torchrun exited with code {code}')
+            raise RuntimeError(
+                f'PyTorch training with {num_workers} processes failed: '
+                f'{what}. Stopped all its processes. End of '
+                f'{run.logs["torchrun"]}:\n{run.tail("torchrun")}')
+    return _collect('torch', out_dir, 'rank', num_workers)
+
+
+# --------------------------------------------------------------------------
+# MXNet: scheduler, server and workers of d2lpar.kvstore_train
+# --------------------------------------------------------------------------
+def _worker_rank(run, name):
+    try:
+        with open(run.logs[name], errors='replace') as f:
+            found = re.search(r'd2lpar: worker rank (\d+) of', f.read())
+    except OSError:
+        return None
+    return int(found[1]) if found else None
+
+
+def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
+                   timeout=300):
+    """Run ``d2lpar.kvstore_train`` with the ``dist_sync`` KVStore on
+    127.0.0.1: a scheduler (at `port`, default: a free one), one server
+    and `num_workers` workers. Returns a `DistributedResult`. Raises
+    RuntimeError, naming the failed worker with the end of its log, when
+    a process fails or `timeout` seconds pass, after stopping them all:
+    the scheduler and server would otherwise wait forever."""
+    port = free_port() if port is None else check_port(port)
+    out_dir = _prepare(out_dir, num_workers, timeout)
+    cmd = [sys.executable, '-m', 'd2lpar.kvstore_train', '--out', out_dir,
+           *map(str, script_args)]
+    dmlc = {'DMLC_PS_ROOT_URI': HOST, 'DMLC_PS_ROOT_PORT': str(port),
+            'DMLC_NUM_SERVER': '1', 'DMLC_NUM_WORKER': str(num_workers),
+            'DMLC_NODE_HOST': HOST}
+    deadline = time.monotonic() + timeout
+    with Processes(out_dir) as run:
+        helpers = {}
+        for role in ('scheduler', 'server'):
+            helpers[role] = run.start(role, cmd, _env(
+                {**dmlc, 'DMLC_ROLE': role}))
+        workers = {f'worker-process-{i}': run.start(
+            f'worker-process-{i}', cmd,
+            _env({**dmlc, 'DMLC_ROLE': 'worker'}))
+            for i in range(num_workers)}
+        while True:
+            for name, p in workers.items():
+                if p.poll():  # exited, and not with 0
+                    rank = _worker_rank(run, name)
+                    who = (f'worker rank {rank}' if rank is not None else
+                           f'{name} (rank not known yet)')
+                    raise RuntimeError(
+                        f'MXNet training with {num_workers} workers failed: '
+                        f'{who} exited with code {p.returncode}. Stopped '
+                        f'all its processes (scheduler and server too). '
+                        f'End of {run.logs[name]}:\n{run.tail(name)}')
+            for role, p in helpers.items():
+                if p.poll():  # exited, and not with 0
+                    raise RuntimeError(
+                        f'The MXNet {role} exited with code {p.returncode} '
+                        f'before the workers were done. End of '
+                        f'{run.logs[role]}:\n{run.tail(role)}')
+            if all(p.poll() == 0 for p in workers.values()):
+                break
+            if time.monotonic() > deadline:
+                waiting = [n for n, p in workers.items() if p.poll() is None]
+                raise RuntimeError(
+                    f'MXNet training with {num_workers} workers did not '
+                    f'finish within {timeout} s (still running: '
+                    f'{", ".join(waiting)}): stopped all its processes. '
+                    f'End of {run.logs[waiting[0]]}:\n{run.tail(waiting[0])}')
+            time.sleep(0.2)
+        # Once the workers are done, the scheduler and server exit by
+        # themselves; the with block stops them if they linger.
+        for p in helpers.values():
+            try:
+                p.wait(min(10, max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
+    return _collect('mxnet', out_dir, 'worker', num_workers)
+
+
+# --------------------------------------------------------------------------
+# What the lessons call
+# --------------------------------------------------------------------------
+def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
+          num_train=None, num_test=None, port=None, timeout=300,
+          out_dir=None):
+    """Train LeNet with `num_workers` processes of `framework` ('torch':
+    DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
+    print and return the `DistributedResult`. Results and logs go to
+    `out_dir`, by default a new temporary folder."""
+    launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
+    if launch is None:
+        raise ValueError(f"framework is 'torch' or 'mxnet', got "
+                         f'{framework!r}.')
+    if not isinstance(batch_size, int) or batch_size % max(num_workers, 1):
+        raise ValueError(f'The global batch of {batch_size} cannot be cut '
+                         f'into {num_workers} equal shards: pass a multiple '
+                         f'of {num_workers}.')
+    if out_dir is None:
+        out_dir = tempfile.mkdtemp(prefix=f'd2lpar-{framework}-'
+                                          f'{num_workers}-')
+    args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs]
+    if num_train is not None:
+        args += ['--num-train', num_train]
+    if num_test is not None:
+        args += ['--num-test', num_test]
+    result = launch(num_workers, out_dir, args, port=port, timeout=timeout)
+    print(result)
+    return result
+
+
+def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
+                         out_dir='OUT', script_args=()):
+    """The command lines that train on the machines `hosts` (names or
+    addresses; the first one coordinates), `workers_per_host` processes
+    on each, as one string: a line per command, ``[host]$ command``."""
+    if isinstance(hosts, str) or not hosts:
+        raise ValueError(f'hosts is a list of machine names, got {hosts!r}.')
+    n, g, first = len(hosts), workers_per_host, hosts[0]
+    script = shlex.join(['--out', str(out_dir), *map(str, script_args)])
+    lines = []
+    if framework == 'torch':
+        for host in hosts:  # the same command everywhere
+            lines.append(
+                f'[{host}]$ torchrun --nnodes {n} --nproc-per-node {g} '
+                f'--rdzv-backend c10d --rdzv-endpoint {first}:{port} '
+                f'-m d2lpar.ddp_train {script}')
+    elif framework == 'mxnet':
+        env = (f'DMLC_PS_ROOT_URI={first} DMLC_PS_ROOT_PORT={port} '
+               f'DMLC_NUM_SERVER={n} DMLC_NUM_WORKER={n * g}')
+        run = f'python -m d2lpar.kvstore_train {script}'
+        lines.append(f'[{first}]$ DMLC_ROLE=scheduler {env} {run} &')
+        for host in hosts:
+            lines.append(f'[{host}]$ DMLC_ROLE=server {env} {run} &')
+            lines += [f'[{host}]$ DMLC_ROLE=worker {env} {run} &'] * g
+    else:
+        raise ValueError(f"framework is 'torch' or 'mxnet', got "
+                         f'{framework!r}.')
+    return '\n'.join(lines)
+
+
+def _as_list(results):
+    return [results] if isinstance(results, DistributedResult) \
+        else list(results)
+
+
+def _rows(results):
+    for r in _as_list(results):
+        word = 'rank' if r.framework == 'torch' else 'worker'
+        for p in r.processes:
+            other = max(0.0, p['seconds_total'] - p['seconds_compute']
+                        - p['seconds_communication'])
+            yield (f'{r.framework} x{r.num_workers}: {word} {p["rank"]}', p,
+                   other)
+
+
+def print_processes(results):
+    """A table of what each process of one or more runs measured."""
+    head = (f'{"process":<22}{"steps":>6}{"examples":>9}{"compute s":>11}'
+            f'{"comm. s":>9}{"total s":>9}{"comm. %":>9}')
+    print(head)
+    print('-' * len(head))
+    for label, p, _ in _rows(results):
+        share = 100 * p['seconds_communication'] / p['seconds_total']
+        print(f'{label:<22}{p["steps"]:>6}{p["examples"]:>9}'
+              f'{p["seconds_compute"]:>11.3f}'
+              f'{p["seconds_communication"]:>9.3f}'
+              f'{p["seconds_total"]:>9.3f}{share:>8.0f}%')
+
+
+def plot_processes(results, title=None, ax=None):
+    """Stacked bars, one per process: compute, communication, and the
+    rest of the training loop's time (data, updates, waiting)."""
+    import matplotlib.pyplot as plt
+    rows = list(_rows(results))[::-1]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.0))
+    labels = [label for label, _, _ in rows]
+    left = [0.0] * len(rows)
+    for key, name, color in (
+            ('seconds_compute', 'compute', _common.KIND_COLORS['compute']),
+            ('seconds_communication', 'communication',
+             _common.KIND_COLORS['copy']),
+            (None, 'other', _common.KIND_COLORS['other'])):
+        widths = [other if key is None else p[key] for _, p, other in rows]
+        ax.barh(labels, widths, left=left, color=color, label=name)
+        left = [a + w for a, w in zip(left, widths)]
+    ax.set_xlabel('seconds')
+    ax.legend(fontsize=8, frameon=False, loc='lower left',
+              bbox_to_anchor=(1.0, 0.0))
+    if title:
+        ax.set_title(title, fontsize=10)
+    plt.tight_layout()
+    plt.show()
+    return ax

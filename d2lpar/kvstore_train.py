@@ -1,0 +1,219 @@
+"""Data-parallel training of the lessons' LeNet with MXNet's distributed
+KVStore (a parameter server): one scheduler, servers, and one worker
+process per device, on one machine or on several.
+
+Every process runs this same script; the environment says which role it
+plays. On one machine, with one server and two workers::
+
+    export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=9091 \\
+           DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2
+    DMLC_ROLE=scheduler python -m d2lpar.kvstore_train --out OUT &
+    DMLC_ROLE=server python -m d2lpar.kvstore_train --out OUT &
+    DMLC_ROLE=worker python -m d2lpar.kvstore_train --out OUT &
+    DMLC_ROLE=worker python -m d2lpar.kvstore_train --out OUT
+
+On several machines the same, with DMLC_PS_ROOT_URI the address of the
+machine that runs the scheduler, a server per machine and DMLC_NUM_SERVER,
+DMLC_NUM_WORKER counting all of them. From Python,
+``d2lpar.distributed.launch_kvstore`` starts them all on loopback, and
+``d2lpar.distributed.command_for_machines`` writes the command lines.
+
+A scheduler or server never gets past ``import mxnet``: MXNet sees its
+role, serves inside the import until the workers are done, then exits.
+
+Each worker takes a contiguous shard of every global batch
+(``--batch-size``) and backpropagates the *sum* of its losses. With
+``dist_sync`` the server adds the gradients that all workers push, applies
+SGD with ``rescale_grad = 1 / global batch`` (``trainer.step(B)``), and
+the workers pull the new weights: the same step as one process taking the
+whole global batch. Every worker starts from the values that
+``lenet_params`` draws after ``mx.random.seed(seed)``; worker 0's values
+initialise the server anyway.
+
+Timing, per worker and step (MXNet is asynchronous: the clock stops after
+waiting for the results). *Compute*: forward and backward. *Communication*:
+``trainer.step``, i.e. pushing the gradients, the server's update, and
+pulling the weights; step 1 includes the KVStore's setup (worker 0 pushes
+the initial weights). *Total*: the training loop. Writes
+OUT/worker{rank}.json per worker and, on worker 0, OUT/params_step1.npz
+and OUT/result.json with the test accuracy.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+
+import numpy as onp
+
+import mxnet as mx  # a scheduler or server serves in here, then exits
+from mxnet import autograd, gluon, np, npx
+from mxnet.gluon import nn
+
+from d2lpar import _common
+
+npx.set_np()
+
+
+def lenet(seed, ctx):
+    """The lessons' LeNet, with the values lenet_params() draws after
+    mx.random.seed(seed): N(0, 0.1) weights, zero biases."""
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(20, 3, activation='relu', in_channels=1),
+            nn.AvgPool2D(2, 2),
+            nn.Conv2D(50, 5, activation='relu', in_channels=20),
+            nn.AvgPool2D(2, 2),
+            nn.Dense(128, activation='relu', in_units=800),
+            nn.Dense(10, in_units=128))
+    net.initialize(ctx=ctx)
+    mx.random.seed(seed)
+    for i in (0, 2, 4, 5):
+        layer = net[i]
+        if isinstance(layer, nn.Dense):  # lenet_params: (in, out)
+            shape = layer.weight.shape[::-1]
+            w = np.random.normal(scale=0.1, size=shape).T
+        else:
+            w = np.random.normal(scale=0.1, size=layer.weight.shape)
+        layer.weight.set_data(w)
+        layer.bias.set_data(np.zeros(layer.bias.shape))
+    return net
+
+
+def named_params(net):
+    """{'0.weight': array, ...}, named by layer index like PyTorch."""
+    return {f'{i}.{kind}': getattr(net[i], kind).data().asnumpy()
+            for i in range(len(net)) for kind in ('weight', 'bias')
+            if getattr(net[i], kind, None) is not None}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--out', required=True, help='folder for the results')
+    p.add_argument('--epochs', type=int, default=2)
+    p.add_argument('--batch-size', type=int, default=256,
+                   help='global batch, over all workers')
+    p.add_argument('--lr', type=float, default=0.2)
+    p.add_argument('--num-train', type=int, default=None)
+    p.add_argument('--num-test', type=int, default=None)
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--kvstore', default='dist_sync',
+                   help='dist_sync, dist_async, ... or local (no servers)')
+    p.add_argument('--crash-at-step', type=int, default=None,
+                   help='to test failure handling: --crash-rank fails here')
+    p.add_argument('--crash-rank', type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.kvstore.startswith('dist') and 'DMLC_ROLE' not in os.environ:
+        raise SystemExit('No DMLC_ROLE in the environment: start a '
+                         'scheduler, servers and workers (see python -m '
+                         'd2lpar.kvstore_train --help), or use '
+                         'd2lpar.distributed.launch_kvstore.')
+    kv = mx.kv.create(args.kvstore)
+    rank, world = kv.rank, kv.num_workers
+    print(f'd2lpar: worker rank {rank} of {world}, pid {os.getpid()}',
+          flush=True)
+    B = args.batch_size
+    if B % world:
+        raise ValueError(f'--batch-size {B} cannot be cut into {world} equal '
+                         f'shards: pass a multiple of {world}.')
+    b = B // world  # this worker's shard of every global batch
+    ctx = mx.cpu()
+
+    X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
+        args.num_train, args.num_test)
+    if len(y_train) < B:
+        raise ValueError(f'{len(y_train)} training examples make no global '
+                         f'batch of {B}.')
+    net = lenet(args.seed, ctx)
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), 'sgd',
+                            {'learning_rate': args.lr}, kvstore=kv)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
+    rng = onp.random.default_rng(args.seed)  # the same order everywhere
+    steps_per_epoch = len(y_train) // B
+    step, compute, communication = 0, 0.0, 0.0
+    os.makedirs(args.out, exist_ok=True)
+
+    if args.kvstore.startswith('dist'):
+        kv._barrier()  # start the clocks together (MXNet 1.x name)
+    start = time.perf_counter()
+    for epoch in range(args.epochs):
+        order = rng.permutation(len(y_train))
+        for i in range(steps_per_epoch):
+            step += 1
+            if step == args.crash_at_step and rank == args.crash_rank:
+                raise RuntimeError(f'worker rank {rank} crashes at step '
+                                   f'{step}, as asked by --crash-at-step')
+            idx = order[i * B + rank * b:i * B + (rank + 1) * b]
+            X = np.array(X_train[idx], ctx=ctx)
+            y = np.array(y_train[idx].astype('int32'), ctx=ctx)
+            t0 = time.perf_counter()
+            with autograd.record():
+                loss = loss_fn(net(X), y)
+            loss.backward()  # the gradient of the sum over the shard
+            npx.waitall()
+            t1 = time.perf_counter()
+            # Push the gradients; the server sums the pushes of all workers
+            # and updates with rescale_grad = 1 / B; pull the new weights.
+            trainer.step(B)
+            npx.waitall()
+            compute += t1 - t0
+            communication += time.perf_counter() - t1
+            if step == 1 and rank == 0:
+                onp.savez(os.path.join(args.out, 'params_step1.npz'),
+                          **named_params(net))
+        if rank == 0:
+            print(f'epoch {epoch + 1}: loss {float(loss.mean()):.3f} '
+                  f'(worker 0 shard), {time.perf_counter() - start:.1f} '
+                  f'sec', flush=True)
+    total = time.perf_counter() - start
+
+    mine = {'rank': rank, 'world_size': world, 'host': socket.gethostname(),
+            'backend': args.kvstore, 'device': str(ctx), 'steps': step,
+            'examples': step * b, 'seconds_compute': compute,
+            'seconds_communication': communication, 'seconds_total': total}
+    if rank == 0:
+        mine['test_acc'] = evaluate(net, X_test, y_test, ctx)
+        result = {'framework': 'mxnet', 'world_size': world,
+                  'backend': args.kvstore, 'epochs': args.epochs,
+                  'batch_size': B, 'lr': args.lr, 'seed': args.seed,
+                  'num_train': len(y_train), 'num_test': len(y_test),
+                  'data': source, 'steps': step, 'examples': step * B,
+                  'test_acc': mine['test_acc'], 'seconds_total': total,
+                  'processes': [mine]}  # the others: OUT/worker{r}.json
+        write_json(os.path.join(args.out, 'result.json'), result)
+        print(f'test acc {mine["test_acc"]:.3f} with {world} workers '
+              f'({args.kvstore}), {total:.1f} sec', flush=True)
+    write_json(os.path.join(args.out, f'worker{rank}.json'), mine)
+
+
+def evaluate(net, X, y, ctx, batch_size=1024):
+    correct = 0
+    for i in range(0, len(y), batch_size):
+        y_hat = net(np.array(X[i:i + batch_size], ctx=ctx))
+        correct += int((y_hat.argmax(axis=1).asnumpy() ==
+                        y[i:i + batch_size]).sum())
+    return correct / len(y)
+
+
+def write_json(path, data):
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)  # no half-written file under the real name
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except Exception:
+        # Leave at once: on a normal exit the KVStore says goodbye to the
+        # other workers, and waits for them forever if they are stuck.
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
