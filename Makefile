@@ -52,3 +52,24 @@ test-notebooks: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache
+
+# --- The browser test on every notebook, and the GPU runners ---------------
+.PHONY: test-browser test-gpu
+
+# Every notebook in JupyterLab, in headless Chromium (make test runs two of
+# them; D2LPAR_BROWSER_NOTEBOOKS=en/pytorch/multiple-gpus,... picks others).
+# Screenshots: build/browser/<lang>-<framework>-<chapter>.png.
+test-browser: $(STAMP)
+	D2LPAR_BROWSER_NOTEBOOKS=all $(PY) -m pytest tests/browser -v -rs \
+		-p no:cacheprovider
+
+# On a machine with GPUs: fails at once when there is none, then runs the
+# checks of tests/gpu alone (their timings need idle GPUs), then everything
+# that make test runs. D2LPAR_MIN_GPUS=2 requires two GPUs;
+# D2LPAR_REQUIRE_MXNET_GPU=1 requires MXNet to see a GPU (mxnet-cuXXX).
+test-gpu:
+	$(PYTHON) tools/gpu_check.py --driver
+	$(MAKE) --no-print-directory $(STAMP) check-notebooks
+	$(PY) tools/gpu_check.py
+	D2LPAR_GPU_TESTS=1 $(PY) -m pytest tests/gpu -v -rs -p no:cacheprovider
+	$(PY) -m pytest tests notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)

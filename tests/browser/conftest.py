@@ -12,12 +12,16 @@ What the test needs, and where it comes from:
   apt-get, the fixture runs `apt-get install -y chromium` (Debian's
   package) once. Otherwise the test is skipped with a reason that says
   exactly what is missing, and a warning repeats it in pytest's summary:
-  never silently.
+  never silently. Likewise (best effort, a warning if it fails) a CJK
+  font, `fonts-wqy-zenhei`, when fontconfig knows none: without it the
+  screenshots of the Chinese notebooks show boxes.
+  D2LPAR_REQUIRE_BROWSER=1 (set in CI) turns the skip into a failure.
 
 The server runs with a private token on a free loopback port, with its own
 settings folder (autosave off, so running the notebooks never writes them
 back to the repository; every cell attached to the page; no news
-requests) and its own runtime/data folders; it is shut down, kernels
+requests), its own runtime/data/config folders and its own checkpoint
+folder (so nothing is written into the repository); it is shut down, kernels
 included, when the module's tests end, whether they passed or not.
 """
 import json
@@ -66,9 +70,12 @@ class BrowserUnavailable(Exception):
 
 def loud_skip(what):
     """Skip, and say so in the warnings summary too (shown even with -q,
-    and relayed by pytest-xdist)."""
+    and relayed by pytest-xdist). With D2LPAR_REQUIRE_BROWSER=1 (CI),
+    fail instead."""
     message = (f'BROWSER TEST NOT RUN: {what}. The JupyterLab browser test '
                f'(tests/browser) needs it; see tests/browser/conftest.py.')
+    if os.environ.get('D2LPAR_REQUIRE_BROWSER') == '1':
+        pytest.fail(message + ' (D2LPAR_REQUIRE_BROWSER=1)', pytrace=False)
     warnings.warn(pytest.PytestWarning(message))
     pytest.skip(message)
 
@@ -96,31 +103,48 @@ def find_chromium():
     return None
 
 
-def install_chromium():
-    """`apt-get install -y chromium`, when we are root and apt works."""
-    if not hasattr(os, 'geteuid') or os.geteuid() != 0:
-        raise BrowserUnavailable(
-            'no Chromium/Chrome binary (looked for $D2LPAR_CHROMIUM, '
-            '/usr/bin/chromium and ' + ', '.join(CHROMIUM_NAMES) +
-            ' on the PATH), and not root, so `apt-get install -y chromium` '
-            'was not tried: install Chromium (Debian: sudo apt-get install '
-            '-y chromium) or set D2LPAR_CHROMIUM to a Chrome binary')
-    if not shutil.which('apt-get'):
-        raise BrowserUnavailable(
-            'no Chromium/Chrome binary, and no apt-get to install one: '
-            'install Chromium or set D2LPAR_CHROMIUM to a Chrome binary')
-    steps = (['apt-get', 'update', '-qq'],
-             ['apt-get', 'install', '-y', '-qq', 'chromium'])
+_apt_updated = []
+
+
+def can_apt():
+    return (hasattr(os, 'geteuid') and os.geteuid() == 0
+            and shutil.which('apt-get') is not None)
+
+
+def apt_install(*packages):
+    """`apt-get update` (once) and `apt-get install -y <packages>`; None
+    when it worked, else what went wrong."""
+    steps = [['apt-get', 'install', '-y', '-qq', *packages]]
+    if not _apt_updated:
+        steps.insert(0, ['apt-get', 'update', '-qq'])
     for cmd in steps:
         try:
             result = _run(cmd, timeout=900)
         except subprocess.TimeoutExpired:
-            raise BrowserUnavailable(f'`{" ".join(cmd)}` timed out')
+            return f'`{" ".join(cmd)}` timed out'
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip()[-600:]
-            raise BrowserUnavailable(
-                f'no Chromium binary, and `{" ".join(cmd)}` failed '
-                f'(exit {result.returncode}): {tail}')
+            return f'`{" ".join(cmd)}` failed (exit {result.returncode}): ' \
+                   f'{tail}'
+        if cmd[1] == 'update':
+            _apt_updated.append(True)
+    return None
+
+
+def install_chromium():
+    """`apt-get install -y chromium`, when we are root and apt works."""
+    if not can_apt():
+        why = ('no apt-get' if getattr(os, 'geteuid', lambda: 1)() == 0 else
+               'not root, so `apt-get install -y chromium` was not tried')
+        raise BrowserUnavailable(
+            'no Chromium/Chrome binary (looked for $D2LPAR_CHROMIUM, '
+            '/usr/bin/chromium and ' + ', '.join(CHROMIUM_NAMES) +
+            f' on the PATH), and {why}: install Chromium (Debian: sudo '
+            'apt-get install -y chromium) or set D2LPAR_CHROMIUM to a '
+            'Chromium or Chrome binary')
+    problem = apt_install('chromium')
+    if problem:
+        raise BrowserUnavailable(f'no Chromium binary, and {problem}')
     path = find_chromium()
     if not path:
         raise BrowserUnavailable('`apt-get install -y chromium` succeeded '
@@ -128,12 +152,32 @@ def install_chromium():
     return path
 
 
+def ensure_cjk_font():
+    """The Chinese notebooks need a CJK font, or their screenshots show
+    empty boxes. Best effort: install a small one when we can."""
+    if not shutil.which('fc-list'):
+        return
+    found = subprocess.run(['fc-list', ':lang=zh'], capture_output=True,
+                           text=True).stdout.strip()
+    if found:
+        return
+    problem = (apt_install('fonts-wqy-zenhei') if can_apt()
+               else 'not root with apt-get')
+    if problem:
+        warnings.warn(pytest.PytestWarning(
+            f'No CJK font ({problem}): the Chinese notebooks run, but '
+            f'their screenshots show boxes instead of characters. Install '
+            f'one, e.g. `apt-get install -y fonts-wqy-zenhei`.'))
+
+
 @pytest.fixture(scope='session')
 def chromium_path():
     try:
-        return find_chromium() or install_chromium()
+        path = find_chromium() or install_chromium()
     except BrowserUnavailable as e:
         loud_skip(str(e))
+    ensure_cjk_font()
+    return path
 
 
 @pytest.fixture(scope='session')
@@ -237,7 +281,10 @@ def start_lab(home):
            f'--ServerApp.root_dir={ROOT}',
            f'--LabApp.user_settings_dir={settings}',
            f'--LabApp.workspaces_dir={home / "workspaces"}',
-           '--LabApp.extension_manager=readonly']
+           '--LabApp.extension_manager=readonly',
+           # Checkpoints (made when a notebook is opened) go to our
+           # folder, not to .ipynb_checkpoints/ in the repository.
+           f'--FileCheckpoints.checkpoint_dir={home / "checkpoints"}']
     if hasattr(os, 'geteuid') and os.geteuid() == 0:
         cmd.append('--allow-root')
     log_path = home / 'jupyter-lab.log'
@@ -284,9 +331,15 @@ def lab_server(request, chromium_path, sync_playwright):
 @pytest.fixture(scope='module')
 def browser(chromium_path, sync_playwright, tmp_path_factory):
     profile = tmp_path_factory.mktemp('chromium-profile')
+    home = tmp_path_factory.mktemp('chromium-home')
+    # Chromium writes crash-report settings and a dconf cache under the
+    # XDG folders: keep them in temporary ones too.
+    env = dict(os.environ, XDG_CONFIG_HOME=str(home / 'config'),
+               XDG_CACHE_HOME=str(home / 'cache'))
     with sync_playwright() as pw:
         browser = pw.chromium.launch_persistent_context(
             str(profile), executable_path=chromium_path, headless=True,
+            env=env,
             args=CHROMIUM_ARGS, viewport={'width': 1400, 'height': 1800},
             device_scale_factor=1)
         try:

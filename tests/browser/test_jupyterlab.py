@@ -22,6 +22,11 @@ import uuid
 
 import pytest
 
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # the fixtures skip, loudly, without playwright
+    PlaywrightTimeout = Exception
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / 'notebooks'
 DEFAULT = ('en/pytorch/auto-parallelism', 'zh/mxnet/auto-parallelism')
@@ -194,11 +199,19 @@ def test_notebook_runs_in_jupyterlab(nb, lab_server, browser,
             '.jp-Notebook-ExecutionIndicator[data-status="idle"]',
             timeout=LOAD_TIMEOUT)
 
-        # The header links, before running anything.
-        links = page.evaluate(HEADER_LINKS_JS)
-        assert links is not None, f'{nb}: the first cell is not markdown'
+        # The header links, before running anything. Markdown is rendered
+        # after the cells are attached: wait for the header's links.
         raw = raw_header_links(nb_path)
         assert raw, f'{nb}: the header has no links'
+        try:
+            page.wait_for_function(
+                f'() => {{ const l = ({HEADER_LINKS_JS})(); '
+                f'return l !== null && l.length >= {len(raw)}; }}',
+                timeout=30_000)
+        except PlaywrightTimeout:
+            pass  # the assertions below say what is missing
+        links = page.evaluate(HEADER_LINKS_JS)
+        assert links is not None, f'{nb}: the first cell is not markdown'
         assert len(links) == len(raw), \
             f'{nb}: the header shows {len(links)} links, its source has ' \
             f'{len(raw)}: {links}'
