@@ -11,7 +11,7 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	--sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: venv lab test test-unit test-notebooks notebooks check-notebooks \
-	figures clean
+	figures bench clean
 
 venv: $(STAMP)
 
@@ -49,6 +49,11 @@ test-unit: $(STAMP)
 
 test-notebooks: $(STAMP)
 	$(PY) -m pytest notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
+
+# Ratios against real peers and physical limits, measured in one run
+# (build/bench/results.md and .json; about 5 minutes on 2 cores).
+bench: $(STAMP)
+	$(PY) tools/bench.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 
 # The names each backend re-exports as they are.
-SHARED = ['DataError', 'TrainResult', 'data_dir', 'plot_allreduce',
+SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'plot_allreduce',
           'plot_scaling', 'plot_timings', 'say_once']
 
 # --------------------------------------------------------------------------
@@ -122,12 +122,15 @@ def chunk_bounds(n, k):
     return [n * j // k for j in range(k + 1)]
 
 
-def ring_allreduce_with(data, flat, copy_like, unflat=None):
+def ring_allreduce_with(data, flat, copy_like, unflat=None,
+                        copy_into=None):
     """Sum the arrays of `data` in place with a ring allreduce.
 
     `flat(x)` returns `x` as a 1-D array; `copy_like(src, dst)` returns
     `src` on the device of `dst`; `unflat(flat_x, x)`, when `flat` makes a
-    copy instead of a view, writes the result back into `x`.
+    copy instead of a view, writes the result back into `x`; and
+    `copy_into(src, dst)`, when given, copies a chunk straight into place
+    (saving one temporary copy per step of the all-gather).
 
     Each of the k arrays is cut into k chunks. In k-1 reduce-scatter steps
     device i passes one chunk to its neighbour i+1, which adds it to its
@@ -144,12 +147,14 @@ def ring_allreduce_with(data, flat, copy_like, unflat=None):
         for i in range(k):
             c, j = (i - s) % k, (i + 1) % k
             if b[c] < b[c + 1]:
-                flats[j][b[c]:b[c + 1]] += copy_like(
-                    flats[i][b[c]:b[c + 1]], flats[j])
+                dst = flats[j][b[c]:b[c + 1]]  # a view: added in place
+                dst += copy_like(flats[i][b[c]:b[c + 1]], flats[j])
     for s in range(k - 1):  # all-gather
         for i in range(k):
             c, j = (i + 1 - s) % k, (i + 1) % k
-            if b[c] < b[c + 1]:
+            if b[c] < b[c + 1] and copy_into is not None:
+                copy_into(flats[i][b[c]:b[c + 1]], flats[j][b[c]:b[c + 1]])
+            elif b[c] < b[c + 1]:
                 flats[j][b[c]:b[c + 1]] = copy_like(
                     flats[i][b[c]:b[c + 1]], flats[j])
     if unflat is not None:
@@ -235,6 +240,58 @@ def plot_timings(descriptions, sum_of=(), title=None, ax=None):
     plt.tight_layout()
     plt.show()
     return times
+
+
+class Animator:
+    """Plot data in animation, like ``d2l.Animator``, with one difference:
+    d2l's version clears the whole output of the cell at every update,
+    wiping out anything the cell printed before (such as which data set is
+    in use); this one updates its own figure in place (an IPython display
+    handle) and leaves the rest of the output alone."""
+
+    def __init__(self, xlabel=None, ylabel=None, legend=None, xlim=None,
+                 ylim=None, xscale='linear', yscale='linear',
+                 fmts=('-', 'm--', 'g-.', 'r:'), figsize=(3.5, 2.5)):
+        import matplotlib.pyplot as plt
+        self.fig, self.ax = plt.subplots(figsize=figsize, layout='tight')
+        plt.close(self.fig)  # shown through the display handle only
+        self.labels = (xlabel, ylabel, legend or [], xlim, ylim, xscale,
+                       yscale)
+        self.X, self.Y, self.fmts, self.handle = None, None, fmts, None
+
+    def add(self, x, y):
+        if not hasattr(y, '__len__'):
+            y = [y]
+        n = len(y)
+        if not hasattr(x, '__len__'):
+            x = [x] * n
+        if not self.X:
+            self.X = [[] for _ in range(n)]
+        if not self.Y:
+            self.Y = [[] for _ in range(n)]
+        for i, (a, b) in enumerate(zip(x, y)):
+            if a is not None and b is not None:
+                self.X[i].append(a)
+                self.Y[i].append(b)
+        ax = self.ax
+        ax.cla()
+        for xs, ys, fmt in zip(self.X, self.Y, self.fmts):
+            ax.plot(xs, ys, fmt)
+        xlabel, ylabel, legend, xlim, ylim, xscale, yscale = self.labels
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_xscale(xscale)
+        ax.set_yscale(yscale)
+        ax.set_xlim(xlim)
+        ax.set_ylim(ylim)
+        if legend:
+            ax.legend(legend)
+        ax.grid()
+        from IPython import display
+        if self.handle is None:
+            self.handle = display.display(self.fig, display_id=True)
+        else:
+            self.handle.update(self.fig)
 
 
 @dataclasses.dataclass

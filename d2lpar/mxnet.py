@@ -27,17 +27,17 @@ from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
-from d2lpar._common import (  # noqa: F401 (re-exported names)
-    DataError, TrainResult, check_allreduce, check_devices, check_replicas,
-    check_split, data_dir, plot_allreduce, plot_scaling, plot_timings,
-    say_once)
+from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
+    Animator, DataError, TrainResult, check_allreduce, check_devices,
+    check_replicas, check_split, data_dir, plot_allreduce, plot_scaling,
+    plot_timings, say_once)
 
 npx.set_np()
 
 __all__ = _common.SHARED + [
     'DistributedResult', 'distributed_commands', 'plot_processes',
     'print_processes', 'train_distributed',
-    'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
+    'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
     'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_step_timeline', 'try_all_gpus', 'try_devices',
@@ -45,7 +45,6 @@ __all__ = _common.SHARED + [
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
-Animator = _d2l.Animator
 sgd = _d2l.sgd
 
 
@@ -299,22 +298,25 @@ def allreduce(data):
 
 
 def _flat(x):
-    return x.reshape(-1)  # reshape copies in MXNet: _unflat writes it back
+    """A 1-D view of `x` that shares its memory (NumPy-style reshape would
+    copy in MXNet; the legacy NDArray reshape does not)."""
+    return x.as_nd_ndarray().reshape((-1,)).as_np_ndarray()
 
 
 def _copy_like(src, dst):
     return src.as_in_ctx(dst.ctx)
 
 
-def _unflat(flat, x):
-    flat.reshape(x.shape).copyto(x)
+def _copy_into(src, dst):
+    src.copyto(dst)
 
 
 def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
     check_allreduce(data, memory_of=_memory)
-    _common.ring_allreduce_with(data, _flat, _copy_like, _unflat)
+    _common.ring_allreduce_with(data, _flat, _copy_like,
+                                copy_into=_copy_into)
 
 
 def split_batch(X, y, devices):

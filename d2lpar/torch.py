@@ -22,14 +22,14 @@ from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
-    DataError, TrainResult, check_allreduce, check_devices, check_replicas,
-    check_split, data_dir, plot_allreduce, plot_scaling, plot_timings,
-    say_once)
+    Animator, DataError, TrainResult, check_allreduce, check_devices,
+    check_replicas, check_split, data_dir, plot_allreduce, plot_scaling,
+    plot_timings, say_once)
 
 __all__ = _common.SHARED + [
     'DistributedResult', 'distributed_commands', 'plot_processes',
     'print_processes', 'train_distributed',
-    'Animator', 'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
+    'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
     'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_step_timeline', 'try_all_gpus', 'try_devices',
@@ -37,7 +37,6 @@ __all__ = _common.SHARED + [
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
-Animator = _d2l.Animator
 sgd = _d2l.sgd
 
 
