@@ -2,12 +2,17 @@
 
 Usage::
 
-    .venv/bin/python tools/bench.py                   # the full run (make bench)
-    .venv/bin/python tools/bench.py --quick           # smoke run: fewer sizes,
-                                                      # repeats and examples
-    .venv/bin/python tools/bench.py --skip-notebooks  # sections 1 and 2 only
-    .venv/bin/python tools/bench.py --languages all   # time the notebooks of
-                                                      # every language (slow)
+    .venv/bin/python tools/bench.py                  # full run (make bench)
+    .venv/bin/python tools/bench.py --quick          # smoke run: fewer sizes,
+                                                     # repeats and examples
+    .venv/bin/python tools/bench.py --skip-notebooks # sections 1 and 2 only
+    .venv/bin/python tools/bench.py --languages all  # time the notebooks of
+                                                     # every language (slow)
+    .venv/bin/python tools/bench.py --budget 900     # allow 15 minutes
+
+``make bench`` must end within 10 minutes on 2 cores: a notebook that would
+end after ``--budget`` seconds (570 by default) is skipped and reported as
+not run. On an idle 2-core machine the full run takes about 6 minutes.
 
 It prints markdown tables and writes them to ``build/bench/results.md``,
 with every raw number in ``build/bench/results.json``. Every figure that
@@ -25,7 +30,9 @@ Sections:
    ``evaluate_accuracy_gpu``), with PyTorch DDP (2 gloo processes) and
    MXNet Gluon (kvstore 'device') as peers, and MXNET_CPU_TEMP_COPY=4
    against 16.
-3. Lessons: wall time of each notebook under nbclient.
+3. Lessons: wall time of each notebook under nbclient; by default those
+   in English only, the other languages being estimated from them when
+   their code cells are the same (``--languages all`` runs every one).
 
 Each framework runs in its own subprocess (this file, called with the
 hidden ``--worker`` option), so PyTorch and MXNet never share a process,
@@ -41,6 +48,7 @@ import os
 import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,8 +83,12 @@ TARGET_NOTEBOOK_S = 90
 TARGET_NBVAL_S = 15 * 60
 
 
+LOAD_TRACE = []  # (what just finished, 1-min load average), for the JSON
+
+
 def log(message):
     """Progress goes to stderr; stdout carries the markdown only."""
+    LOAD_TRACE.append((message, os.getloadavg()[0]))
     print(f'[bench {time.strftime("%H:%M:%S")}] {message}', file=sys.stderr,
           flush=True)
 
@@ -187,25 +199,36 @@ def run_ranks(name, world, spec, timeout, log_name):
     threads = str(max(1, CORES // world))  # as torchrun does
     env = {'OMP_NUM_THREADS': threads, 'MKL_NUM_THREADS': threads,
            'GLOO_SOCKET_IFNAME': 'lo'}
-    procs = []
+    procs, results, reason = [], [], None
     try:
         for rank in range(world):
             procs.append(start_worker(name, dict(spec, rank=rank),
                                       f'{log_name}-rank{rank}', env))
-        deadline = time.monotonic() + timeout
+        deadline, reason = time.monotonic() + timeout, None
         while any(p.poll() is None for p, _, _ in procs):
-            if time.monotonic() > deadline:
+            failed = [(rank, p.returncode) for rank, (p, _, _)
+                      in enumerate(procs) if p.poll() not in (None, 0)]
+            if failed:  # the others would wait for it until their timeout
+                reason = (f'rank {failed[0][0]} exited with {failed[0][1]}, '
+                          f'the other ranks were killed')
                 break
-            if any(p.poll() not in (None, 0) for p, _, _ in procs):
-                break  # one rank failed: the others would wait for it
+            if time.monotonic() > deadline:
+                reason = f'ranks still running after {timeout} s were killed'
+                break
             time.sleep(0.1)
+        for p, _, _ in procs:
+            kill_group(p)  # nothing left to do for the ranks that ended
         results = [collect(p, o, f, timeout=1) for p, o, f in procs]
     finally:
         for p, _, f in procs:
             kill_group(p)
             f.close()
     errors = [r['error'] for r in results if 'error' in r]
-    result = results[0] if not errors else {'error': '; '.join(errors)}
+    if reason:
+        result = {'error': f'{reason}; see {os.path.relpath(LOG_DIR, ROOT)}'
+                           f'/{log_name}-rank*.log'}
+    else:
+        result = {'error': errors[0]} if errors else results[0]
     log(f'{log_name}: {time.perf_counter() - start:.1f} s'
         + (f' ({result["error"]})' if 'error' in result else ''))
     return result
@@ -520,8 +543,10 @@ def worker_ddp(spec):
         model = DDP(net)
         opt = torch.optim.SGD(model.parameters(), lr=spec['lr'])
         loss = nn.CrossEntropyLoss()  # mean over the shard; DDP averages
-        train_iter, test_iter = d2l.load_data_fashion_mnist(
-            spec['batch_size'], spec['num_train'], spec['num_test'])
+
+        def data():  # fresh iterators: the minibatches of d2l.train
+            return d2l.load_data_fashion_mnist(
+                spec['batch_size'], spec['num_train'], spec['num_test'])
 
         def step(X, y):
             X, y = X.tensor_split(world)[rank], y.tensor_split(world)[rank]
@@ -529,7 +554,7 @@ def worker_ddp(spec):
             loss(model(X), y).backward()
             opt.step()
 
-        for i, (X, y) in enumerate(train_iter):  # warm up
+        for i, (X, y) in enumerate(data()[0]):  # warm up
             step(X, y)
             if i == 3:
                 break
@@ -538,6 +563,7 @@ def worker_ddp(spec):
             with torch.no_grad():  # start from the same values every time
                 for p, v in zip(net.parameters(), params):
                     p.copy_(v.T if v.ndim == 2 else v)
+            train_iter, test_iter = data()
             dist.barrier()
             start, seconds, examples, acc = time.perf_counter(), 0.0, 0, None
             for epoch in range(spec['num_epochs']):
@@ -597,8 +623,8 @@ def fmt_sig(x, digits=3):
     return f'{x:.{digits}g}' if x < 10 ** digits else f'{x:.0f}'
 
 
-def fmt_ratio(x):
-    return '—' if x is None else f'{x:.2f}x'
+def fmt_ratio(x, digits=2):
+    return '—' if x is None else f'{x:.{digits}f}x'
 
 
 # ==========================================================================
@@ -680,6 +706,10 @@ def report_allreduce(res):
                f'{max(res["counts"])} processes on 127.0.0.1, the first k '
                f'form the group (the others wait at a barrier); each run '
                f'follows a barrier and the slowest rank counts.')
+    out.append('A fraction above 100% means that the data stayed in the CPU '
+               'caches, which are faster than memory; the limit is for '
+               'memory. MXNet\'s copies run at its own copy bandwidth (above),'
+               ' and its allreduces cannot avoid copying between contexts.')
     for backend, error in res['errors'].items():
         out.append(f'\n**{backend}: no data** ({error})')
     headers = ['algorithm', 'N', 'time (ms)', 'algbw (GB/s)',
@@ -717,25 +747,31 @@ def report_allreduce(res):
 
 
 def best_fraction(res, backend, k=4, n=64 * MB):
-    fr = [r['fraction'] for r in res['rows'] if r['backend'] == backend
-          and r['devices'] == k and r['bytes'] == n and r['fraction']]
-    best = max(fr) if fr else None
-    names = [r['algorithm'] for r in res['rows'] if r['backend'] == backend
-             and r['devices'] == k and r['bytes'] == n
-             and r['fraction'] == best]
-    return best, (names[0] if names else None)
+    """The best fraction of the one-host limit among `backend`'s rows at
+    (k, n), the algorithm that reached it, and the same time as a fraction
+    of the limit set by the backend's own copy bandwidth."""
+    rows = [r for r in res['rows'] if r['backend'] == backend
+            and r['devices'] == k and r['bytes'] == n and r['fraction']]
+    if not rows:
+        return None, None, None
+    best = max(rows, key=lambda r: r['fraction'])
+    own = res['copy_bandwidth'].get(backend)
+    own_fraction = 2 * k * n / max(own) / best['seconds'] if own else None
+    return best['fraction'], best['algorithm'], own_fraction
 
 
 # ==========================================================================
 # Section 2: training throughput
 # ==========================================================================
-def summarize(measurements):
-    """Best of the repeated measurements, and their spread."""
+def summarize(measurements, process):
+    """Best of the repeated measurements, and their spread. `process`
+    names the worker: runs of one worker were interleaved round by round,
+    so their ratios can be taken round by round (see `ratio`)."""
     if not measurements:
         return None
     best = max(measurements, key=lambda m: m['train_eps'])
     eps = [m['train_eps'] for m in measurements]
-    return dict(best, reps=measurements,
+    return dict(best, reps=measurements, process=process,
                 spread=(max(eps) - min(eps)) / max(eps))
 
 
@@ -746,11 +782,18 @@ def section_training(args):
     torch_raw = run_worker('train_torch', cfg, timeout)
     ddp_raw = run_ranks('ddp', 2, cfg, timeout, 'ddp')
     mxnet_raw = run_worker('train_mxnet', cfg, timeout)
-    temp = {}
-    for value in ('4', '16'):
-        temp[value] = run_worker('temp_copy', cfg, timeout,
-                                 f'temp-copy-{value}',
-                                 {'MXNET_CPU_TEMP_COPY': value})
+    # MXNET_CPU_TEMP_COPY is read when MXNet loads: one process per value,
+    # alternating 4, 16, 4, 16 so that both see the machine alike.
+    temp = {'4': {'runs': []}, '16': {'runs': []}}
+    for i in range(1 if args.quick else 2):
+        for value in ('4', '16'):
+            r = run_worker('temp_copy', dict(cfg, reps=2), timeout,
+                           f'temp-copy-{value}-{i}',
+                           {'MXNET_CPU_TEMP_COPY': value})
+            if 'error' in r:
+                temp[value] = r
+            elif 'runs' in temp[value]:
+                temp[value]['runs'] += r['runs']
     for name, raw in (('torch', torch_raw), ('ddp', ddp_raw),
                       ('mxnet', mxnet_raw)):
         if 'error' in raw:
@@ -758,12 +801,13 @@ def section_training(args):
     runs = {}
     for backend, raw in (('torch', torch_raw), ('mxnet', mxnet_raw)):
         for label, ms in raw.get('runs', {}).items():
-            runs[f'{backend}:{label}'] = summarize(ms)
+            runs[f'{backend}:{label}'] = summarize(ms, backend)
     if 'runs' in ddp_raw:
-        runs['torch:ddp/2'] = summarize(ddp_raw['runs'])
+        runs['torch:ddp/2'] = summarize(ddp_raw['runs'], 'ddp')
     res['runs'] = runs
     res['raw'] = {'torch': torch_raw, 'ddp': ddp_raw, 'mxnet': mxnet_raw}
-    res['temp_copy'] = {v: (summarize(r['runs']) if 'runs' in r else r)
+    res['temp_copy'] = {v: (summarize(r['runs'], f'temp_copy={v}')
+                            if 'runs' in r else r)
                         for v, r in temp.items()}
     res['concise'] = {b: raw.get('concise') for b, raw in
                       (('torch', torch_raw), ('mxnet', mxnet_raw))}
@@ -795,9 +839,17 @@ def ref_label(ref):
 
 
 def ratio(runs, a, b, key='train_eps'):
-    if runs.get(a) and runs.get(b):
-        return runs[a][key] / runs[b][key]
-    return None
+    """Throughput of run `a` over run `b`. Runs of one process ran side by
+    side, round after round: the median over the rounds of the ratio
+    within a round, which a burst of other work on the machine spoils for
+    one round only. Runs of different processes: best over best."""
+    ra, rb = runs.get(a) or {}, runs.get(b) or {}
+    if 'reps' not in ra or 'reps' not in rb:  # not measured, or an error
+        return None
+    if ra['process'] == rb['process'] and len(ra['reps']) == len(rb['reps']):
+        return statistics.median(x[key] / y[key]
+                                 for x, y in zip(ra['reps'], rb['reps']))
+    return ra[key] / rb[key]
 
 
 def report_training(res):
@@ -810,7 +862,10 @@ def report_training(res):
            f'best kept. *train* = examples per second of the training loop '
            f'(the chapter\'s timer, without evaluation); *end-to-end* adds '
            f'the evaluation after each epoch (wall clock). Ratios are of '
-           f'*train* (of end-to-end in brackets).']
+           f'*train* (of end-to-end in brackets); between runs of one '
+           f'process, the median over the rounds of the ratio within a '
+           f'round; between processes (DDP, MXNET_CPU_TEMP_COPY), best over '
+           f'best.']
     for name, error in res['errors'].items():
         out.append(f'\n**{name}: no data** ({error})')
     rows = []
@@ -864,15 +919,15 @@ def report_training(res):
             'concise train vs `d2l.train_ch13`', 'n/a: not built yet']]))
     out += ['', '### MXNET_CPU_TEMP_COPY', '',
             'd2lpar.mxnet sets it to 16 before importing MXNet unless it is '
-            'set; MXNet\'s default is 4. `d2l.train` (MXNet), 2 devices, one '
-            'fresh process each:', '']
+            'set; MXNet\'s default is 4. `d2l.train` (MXNet), 2 devices, in '
+            'fresh processes alternating 4, 16, 4, 16 (one in a quick run), '
+            '2 runs each, best kept:', '']
     rows, temp = [], res['temp_copy']
     for value in ('4', '16'):
         t = temp.get(value) or {}
         if 'train_eps' in t:
             rows.append([value, f'{t["train_eps"]:.0f}', f'{t["e2e_eps"]:.0f}',
-                         fmt_ratio(t['train_eps'] / temp['4']['train_eps'])
-                         if 'train_eps' in temp.get('4', {}) else '—'])
+                         fmt_ratio(ratio(temp, value, '4'))])
         else:
             rows.append([value, 'no data', t.get('error', ''), '—'])
     out.append(md_table(['MXNET_CPU_TEMP_COPY', 'train ex/s',
@@ -924,7 +979,7 @@ def run_notebook(path):
     return seconds, error
 
 
-def section_notebooks(args):
+def section_notebooks(args, deadline):
     paths = sorted(glob.glob(os.path.join(ROOT, 'notebooks', '*', '*',
                                           '*.ipynb')))
     langs = None if args.languages == 'all' else args.languages.split(',')
@@ -937,6 +992,16 @@ def section_notebooks(args):
     rows = []
     measured = {}
     for p in chosen:
+        # Start a notebook only if it should end before the deadline,
+        # guessing that it takes as long as the slowest one so far.
+        guess = max([60] + [r['seconds'] for r in rows if r['seconds']])
+        if time.monotonic() + guess > deadline:
+            rows.append({'notebook': os.path.relpath(p, ROOT),
+                         'seconds': None, 'measured': False, 'error': None,
+                         'skipped': f'the --budget of {args.budget} s was '
+                                    f'spent'})
+            log(f'notebook {os.path.relpath(p, ROOT)}: skipped (budget)')
+            continue
         log(f'notebook {os.path.relpath(p, ROOT)} ...')
         seconds, error = run_notebook(p)
         lang, fw, name = p.split(os.sep)[-3:]
@@ -979,7 +1044,8 @@ def report_notebooks(res):
                    + ('same code' if r['same_code'] else
                       'code differs: run with --languages all') + ')')
         else:
-            how = 'not run'
+            how = 'not run' + (f': {r["skipped"]}' if r.get('skipped')
+                               else '')
         if r['seconds'] is not None:
             total += r['seconds']
         rows.append([f'`{r["notebook"]}`', f'{r["seconds"]:.1f}'
@@ -1013,11 +1079,12 @@ def targets(results):
     ar = results.get('allreduce')
     if ar:
         for backend in ('torch', 'mxnet'):
-            frac, name = best_fraction(ar, backend)
+            frac, name, own = best_fraction(ar, backend)
             lines.append(
                 (verdict(None if frac is None else frac >= TARGET_FRACTION),
                  f'best d2lpar.{backend} allreduce at 64 MB, 4 devices: '
-                 + (f'{frac:.0%} of the one-host limit ({name})'
+                 + (f'{frac:.0%} of the one-host limit ({name}; {own:.0%} '
+                    f'of the limit set by {backend}\'s own copy bandwidth)'
                     if frac is not None else 'not measured')
                  + f' (target >= {TARGET_FRACTION:.0%})'))
     tr = results.get('training')
@@ -1027,18 +1094,19 @@ def targets(results):
             s = ratio(runs, f'{backend}:d2l.train/2', f'{backend}:d2l.train/1')
             lines.append((verdict(None if s is None else s >= TARGET_SCALING),
                           f'{backend} d2l.train 2 devices / 1 device: '
-                          f'{fmt_ratio(s)} (target >= {TARGET_SCALING}x)'))
+                          f'{fmt_ratio(s, 3)} (target >= {TARGET_SCALING}x)'))
         for backend in ('torch', 'mxnet'):
             c = ratio(runs, f'{backend}:d2l.train/1', f'{backend}:chapter/1')
             spread = max((runs[k]['spread'] for k in
                           (f'{backend}:d2l.train/1', f'{backend}:chapter/1')
                           if runs.get(k)), default=0)
             noise = c is not None and c < 1.0 and 1.0 - c <= spread
+            note = (f'run-to-run spread up to {spread:.0%}'
+                    + (', so within noise' if noise else '')
+                    if tr['config']['reps'] > 1 else 'one run each')
             lines.append((verdict(None if c is None else c >= 1.0),
                           f'{backend} d2l.train / chapter\'s loop, 1 device: '
-                          f'{fmt_ratio(c)} (target >= 1.00x; run-to-run '
-                          f'spread up to {spread:.0%}'
-                          + (', so within noise)' if noise else ')')))
+                          f'{fmt_ratio(c, 3)} (target >= 1.00x; {note})'))
         found = sorted({n for v in tr['concise'].values() if v for n in v})
         lines.append(('n/a', 'concise train vs d2l.train_ch13: '
                       + ('not built yet' if not found else
@@ -1049,27 +1117,49 @@ def targets(results):
         worst = max(timed_rows, key=lambda r: r['seconds'], default=None)
         slow = [r for r in timed_rows if r['seconds'] >= TARGET_NOTEBOOK_S]
         errors = [r for r in nb['rows'] if r['error']]
+        missing = len(nb['rows']) - len(timed_rows)
+        partial = f', {missing} not run' if missing else ''
         if worst:
-            lines.append((verdict(not slow and not errors),
+            lines.append((verdict(None if missing and not slow
+                                  else not slow and not errors),
                           f'every notebook under {TARGET_NOTEBOOK_S} s: '
                           f'slowest {worst["notebook"]} '
                           f'{worst["seconds"]:.0f} s'
                           + (f', {len(slow)} at or over' if slow else '')
                           + (f', {len(errors)} failed' if errors else '')
+                          + partial
                           + (' (includes estimates)' if any(
                               not r['measured'] for r in slow) else '')))
         total = nb.get('total_seconds')
         if total is not None:
-            lines.append((verdict(total < TARGET_NBVAL_S),
+            lines.append((verdict(total < TARGET_NBVAL_S if not missing
+                                  or total >= TARGET_NBVAL_S else None),
                           f'whole nbval run (estimated as the sum of the '
-                          f'notebook times, serial): {total / 60:.1f} min '
-                          f'(target < {TARGET_NBVAL_S // 60} min)'))
+                          f'notebook times, serial): {total / 60:.1f} min'
+                          + partial + f' (target < {TARGET_NBVAL_S // 60} '
+                          f'min)'))
     return lines
 
 
 # ==========================================================================
 # Main
 # ==========================================================================
+def cpu_busy(seconds=1.0):
+    """Fraction of the CPU time that was not idle over `seconds` (from
+    /proc/stat): other work on the machine, before this run starts any."""
+    def sample():
+        with open('/proc/stat') as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+    try:
+        idle0, total0 = sample()
+        time.sleep(seconds)
+        idle1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
 def machine_notes():
     import importlib.metadata as md
     versions = {}
@@ -1082,8 +1172,26 @@ def machine_notes():
             'processor': platform.processor() or platform.machine(),
             'python': platform.python_version(), 'versions': versions,
             'loadavg_start': os.getloadavg()[0],
+            'cpu_busy_before': cpu_busy(),
             'data': 'Fashion-MNIST (cached)' if real_data_cached()
             else 'stand-in (D2LPAR_OFFLINE=1 for the workers)'}
+
+
+def load_line(notes):
+    """The machine's load, and a warning when other work was running."""
+    peak = max([load for _, load in notes['loadavg_trace']],
+               default=notes['loadavg_end'])
+    busy = notes['cpu_busy_before']
+    line = (f'CPU busy with other work in the second before the run: '
+            + ('unknown' if busy is None else f'{busy:.0%}')
+            + f'; load average (1 min) before it {notes["loadavg_start"]:.1f}'
+            f', highest seen during it {peak:.1f}.')
+    if busy is not None and busy > 0.25 or busy is None and \
+            notes['loadavg_start'] > 0.5 * CORES:
+        line += (f' **Other work was running on this {CORES}-core machine**: '
+                 f'the seconds are inflated, and the ratios, though measured '
+                 f'side by side, are noisier.')
+    return line
 
 
 def main(argv=None):
@@ -1098,6 +1206,10 @@ def main(argv=None):
                         help="notebook languages to run, comma-separated, "
                              "or 'all' (default: en; the others are "
                              "estimated from it)")
+    parser.add_argument('--budget', type=float, default=570,
+                        help='seconds for the whole run: notebooks that '
+                             'would end after it are skipped (default: '
+                             '570)')
     parser.add_argument('--worker', help=argparse.SUPPRESS)
     parser.add_argument('--spec', help=argparse.SUPPRESS)
     parser.add_argument('--out', help=argparse.SUPPRESS)
@@ -1106,8 +1218,10 @@ def main(argv=None):
         worker_main(args.worker, json.loads(args.spec), args.out)
         return 0
 
-    start = time.perf_counter()
-    os.makedirs(OUT_DIR, exist_ok=True)
+    start, start_mono = time.perf_counter(), time.monotonic()
+    os.makedirs(LOG_DIR, exist_ok=True)
+    for old in glob.glob(os.path.join(LOG_DIR, '*.log')):
+        os.remove(old)  # the logs of this run only
     notes = machine_notes()
     log(f'{"quick" if args.quick else "full"} run; logs in '
         f'{os.path.relpath(LOG_DIR, ROOT)}/')
@@ -1115,9 +1229,11 @@ def main(argv=None):
     results['allreduce'] = section_allreduce(args)
     results['training'] = section_training(args)
     if not args.skip_notebooks:
-        results['notebooks'] = section_notebooks(args)
+        results['notebooks'] = section_notebooks(
+            args, deadline=start_mono + args.budget)
 
     notes['loadavg_end'] = os.getloadavg()[0]
+    notes['loadavg_trace'] = LOAD_TRACE
     notes['seconds'] = time.perf_counter() - start
     v = notes['versions']
     head = ['# d2lpar benchmark', '',
@@ -1126,13 +1242,7 @@ def main(argv=None):
             f'{notes["platform"]}; no GPU unless the tables say so (CPU '
             f'stand-in devices). torch {v["torch"]}, mxnet {v["mxnet"]}, d2l '
             f'{v["d2l"]}. Data: {notes["data"]}.',
-            f'Load average (1 min) at the start {notes["loadavg_start"]:.1f}, '
-            f'at the end {notes["loadavg_end"]:.1f}'
-            + (f' — **other work was running on this {CORES}-core machine**: '
-               f'the seconds are inflated, the ratios (measured side by '
-               f'side) are noisier.' if max(notes['loadavg_start'],
-                                            notes['loadavg_end']) > 0.5 * CORES
-               else '.')]
+            load_line(notes)]
     sections = [report_allreduce(results['allreduce']),
                 report_training(results['training'])]
     if 'notebooks' in results:
