@@ -320,7 +320,8 @@ class DataError(ValueError):
     """A data file is missing, corrupt or truncated."""
 
 
-FASHION_MNIST_URL = 'http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/'
+FASHION_MNIST_URL = ('http://fashion-mnist.s3-website.eu-central-1'
+                     '.amazonaws.com/')
 FASHION_MNIST_FILES = {
     'train': (('train-images-idx3-ubyte.gz',
                '8d4fb7e6c68d591d4c3dfef9ec88bf0d'),

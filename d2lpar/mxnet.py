@@ -35,13 +35,13 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
 npx.set_np()
 
 __all__ = _common.SHARED + [
-    'DistributedResult', 'distributed_commands', 'plot_processes',
-    'print_processes', 'train_distributed',
-    'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
-    'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
-    'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
-    'synchronize', 'train', 'train_batch', 'train_step_timeline', 'try_all_gpus', 'try_devices',
-    'try_gpu']
+    'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
+    'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
+    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
+    'print_processes', 'ring_allreduce', 'sgd', 'split_batch', 'synchronize',
+    'train', 'train_batch', 'train_distributed', 'train_step_timeline',
+    'try_all_gpus', 'try_devices', 'try_gpu']
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
@@ -430,10 +430,11 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
-    (the dist_sync KVStore with a scheduler and a server), each on its share of every
-    global batch; print and return a `DistributedResult` with the times of
-    every process. A crashed worker, a port in use or the `timeout` end the
-    run with a RuntimeError, and no process is left behind."""
+    (the dist_sync KVStore with a scheduler and a server), each on its
+    share of every global batch; print and return a `DistributedResult`
+    with the times of every process. A crashed worker, a port in use or
+    the `timeout` end the run with a RuntimeError, and no process is left
+    behind."""
     return _distributed.train('mxnet', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout)
 

@@ -27,13 +27,13 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     plot_timings, say_once)
 
 __all__ = _common.SHARED + [
-    'DistributedResult', 'distributed_commands', 'plot_processes',
-    'print_processes', 'train_distributed',
-    'Benchmark', 'Timeline', 'Timer', 'allreduce', 'cpu', 'evaluate_accuracy',
-    'copy_bandwidth', 'get_params', 'gpu', 'measure_allreduce', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
-    'loss', 'num_gpus', 'ring_allreduce', 'sgd', 'split_batch',
-    'synchronize', 'train', 'train_batch', 'train_step_timeline', 'try_all_gpus', 'try_devices',
-    'try_gpu']
+    'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
+    'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
+    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
+    'print_processes', 'ring_allreduce', 'sgd', 'split_batch', 'synchronize',
+    'train', 'train_batch', 'train_distributed', 'train_step_timeline',
+    'try_all_gpus', 'try_devices', 'try_gpu']
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
@@ -141,7 +141,8 @@ class Timeline(_common.Timeline):
             if e.device_type == DeviceType.CPU:
                 if e.cpu_parent is not None:
                     continue  # only top-level operators
-                row = threads.setdefault(e.thread, f'CPU thread {len(threads)}')
+                row = threads.setdefault(e.thread,
+                                         f'CPU thread {len(threads)}')
             else:
                 row = f'cuda:{e.device_index}'
             spans.append((e.name, row, e.time_range.start, e.time_range.end))
