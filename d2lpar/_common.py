@@ -367,6 +367,15 @@ def data_dir():
                     f'set D2LPAR_DATA to a folder you can write to.')
 
 
+def write_json(path, data):
+    """Write `data` as JSON atomically: a reader never sees half a file."""
+    import json
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
 def md5sum(path):
     h = hashlib.md5()
     with open(path, 'rb') as f:

@@ -38,7 +38,6 @@ loop, updates included. Writes OUT/rank{r}.json per process and, on rank
 OUT/result.json (test accuracy, and every process's times).
 """
 import argparse
-import json
 import os
 import socket
 import time
@@ -52,6 +51,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from d2lpar import _common
+from d2lpar._common import write_json
 
 
 def lenet(seed):
@@ -226,13 +226,6 @@ def evaluate(net, X, y, device, batch_size=1024):
             y_b = torch.from_numpy(y[i:i + batch_size]).to(device)
             correct += int((net(X_b).argmax(dim=1) == y_b).sum())
     return correct / len(y)
-
-
-def write_json(path, data):
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)  # no half-written file under the real name
 
 
 if __name__ == '__main__':

@@ -39,7 +39,6 @@ OUT/worker{rank}.json per worker and, on worker 0, OUT/params_step1.npz
 and OUT/result.json with the test accuracy.
 """
 import argparse
-import json
 import os
 import socket
 import sys
@@ -53,6 +52,7 @@ from mxnet import autograd, gluon, np, npx
 from mxnet.gluon import nn
 
 from d2lpar import _common
+from d2lpar._common import write_json
 
 npx.set_np()
 
@@ -199,13 +199,6 @@ def evaluate(net, X, y, ctx, batch_size=1024):
         correct += int((y_hat.argmax(axis=1).asnumpy() ==
                         y[i:i + batch_size]).sum())
     return correct / len(y)
-
-
-def write_json(path, data):
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)  # no half-written file under the real name
 
 
 if __name__ == '__main__':
