@@ -367,6 +367,26 @@ def data_dir():
                     f'set D2LPAR_DATA to a folder you can write to.')
 
 
+def training_arguments(description, who):
+    """The command-line options that both training scripts share (`who`
+    names the processes: 'processes' or 'workers'); each script adds its
+    own and calls ``parse_args``."""
+    import argparse
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument('--out', required=True, help='folder for the results')
+    p.add_argument('--epochs', type=int, default=2)
+    p.add_argument('--batch-size', type=int, default=256,
+                   help=f'global batch, over all {who}')
+    p.add_argument('--lr', type=float, default=0.2)
+    p.add_argument('--num-train', type=int, default=None)
+    p.add_argument('--num-test', type=int, default=None)
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--crash-at-step', type=int, default=None,
+                   help='to test failure handling: --crash-rank fails here')
+    p.add_argument('--crash-rank', type=int, default=0)
+    return p
+
+
 def write_json(path, data):
     """Write `data` as JSON atomically: a reader never sees half a file."""
     import json

@@ -37,7 +37,6 @@ loop, updates included. Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.pt (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
 """
-import argparse
 import os
 import socket
 import time
@@ -105,20 +104,9 @@ def timed_allreduce(timer, bucket):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--out', required=True, help='folder for the results')
-    p.add_argument('--epochs', type=int, default=2)
-    p.add_argument('--batch-size', type=int, default=256,
-                   help='global batch, over all processes')
-    p.add_argument('--lr', type=float, default=0.2)
-    p.add_argument('--num-train', type=int, default=None)
-    p.add_argument('--num-test', type=int, default=None)
-    p.add_argument('--seed', type=int, default=0)
+    p = _common.training_arguments(__doc__.split('\n\n')[0], 'processes')
     p.add_argument('--cpu', action='store_true', help='gloo on the CPU '
                    'even when there are GPUs')
-    p.add_argument('--crash-at-step', type=int, default=None,
-                   help='to test failure handling: --crash-rank fails here')
-    p.add_argument('--crash-rank', type=int, default=0)
     return p.parse_args(argv)
 
 

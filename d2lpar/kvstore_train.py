@@ -38,7 +38,6 @@ the initial weights). *Total*: the training loop. Writes
 OUT/worker{rank}.json per worker and, on worker 0, OUT/params_step1.npz
 and OUT/result.json with the test accuracy.
 """
-import argparse
 import os
 import socket
 import sys
@@ -89,20 +88,9 @@ def named_params(net):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--out', required=True, help='folder for the results')
-    p.add_argument('--epochs', type=int, default=2)
-    p.add_argument('--batch-size', type=int, default=256,
-                   help='global batch, over all workers')
-    p.add_argument('--lr', type=float, default=0.2)
-    p.add_argument('--num-train', type=int, default=None)
-    p.add_argument('--num-test', type=int, default=None)
-    p.add_argument('--seed', type=int, default=0)
+    p = _common.training_arguments(__doc__.split('\n\n')[0], 'workers')
     p.add_argument('--kvstore', default='dist_sync',
                    help='dist_sync, dist_async, ... or local (no servers)')
-    p.add_argument('--crash-at-step', type=int, default=None,
-                   help='to test failure handling: --crash-rank fails here')
-    p.add_argument('--crash-rank', type=int, default=0)
     return p.parse_args(argv)
 
 
