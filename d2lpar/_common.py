@@ -9,6 +9,7 @@ import fcntl
 import functools
 import gzip
 import hashlib
+import math
 import os
 import struct
 import tempfile
@@ -18,7 +19,8 @@ import urllib.request
 import numpy as np
 
 # The names each backend re-exports as they are.
-SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'plot_allreduce',
+SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
+          'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
           'plot_scaling', 'plot_timings', 'say_once']
 
 # --------------------------------------------------------------------------
@@ -311,6 +313,53 @@ class TrainResult:
     def __str__(self):
         return (f'test acc: {self.test_acc:.2f}, {self.sec_per_epoch:.1f} '
                 f'sec/epoch on {self.devices}')
+
+
+# --------------------------------------------------------------------------
+# Concise training: what both frameworks' `train_concise` share
+# --------------------------------------------------------------------------
+def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs):
+    """The devices as a list, or a ValueError that says what to change."""
+    devices = check_devices(devices)
+    k = len(devices)
+    if not isinstance(batch_size, int) or batch_size < k or batch_size % k:
+        raise ValueError(f'batch_size {batch_size!r} cannot be cut into {k} '
+                         f'equal shards, one per device: pass a multiple of '
+                         f'{k} (e.g. {k * 64}).')
+    if num_train is not None and num_train < batch_size:
+        raise ValueError(f'num_train={num_train} examples make no batch of '
+                         f'{batch_size}: use more examples or a smaller '
+                         f'batch.')
+    if not isinstance(num_epochs, int) or num_epochs < 1:
+        raise ValueError(f'num_epochs must be an int >= 1, got '
+                         f'{num_epochs!r}.')
+    if not 0 <= warmup_epochs <= num_epochs:
+        raise ValueError(f'warmup_epochs must lie between 0 and num_epochs '
+                         f'({num_epochs}), got {warmup_epochs!r}.')
+    return devices
+
+
+def learning_rate(step, lr, warmup_steps, total_steps):
+    """The learning rate of step `step` (counted from 0) out of
+    `total_steps`: a linear warm-up from ``lr / warmup_steps`` to `lr`
+    over the first `warmup_steps` steps, then a cosine decay to 0."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def epoch_shards(num_examples, batch_size, rank=0, world_size=1, seed=0):
+    """The examples that process `rank` of `world_size` takes in each step
+    of one epoch. Every process draws the same shuffled order (from
+    `seed`), cuts it into global batches of `batch_size` (dropping a last,
+    partial batch) and takes its own contiguous shard of each."""
+    b = batch_size // world_size
+    order = np.random.default_rng(seed).permutation(num_examples)
+    for i in range(num_examples // batch_size):
+        start = i * batch_size + rank * b
+        yield order[start:start + b]
 
 
 # --------------------------------------------------------------------------

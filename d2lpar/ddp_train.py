@@ -34,7 +34,7 @@ pass, then the two times overlap too; LeNet fits in one bucket.) On a GPU
 the hook waits for the stream at both ends so that the clock sees the
 kernels, not just their launch. *Total* is the wall time of the training
 loop, updates included. Writes OUT/rank{r}.json per process and, on rank
-0, OUT/params_step1.pt (the parameters after the first step) and
+0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
 """
 import os
@@ -147,21 +147,18 @@ def main(argv=None):
     model.register_comm_hook(timer, timed_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
-    rng = np.random.default_rng(args.seed)  # the same order everywhere
-    steps_per_epoch = len(y_train) // B
     step, compute, communication = 0, 0.0, 0.0
     os.makedirs(args.out, exist_ok=True)
 
     dist.barrier()  # start the clocks together
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        order = rng.permutation(len(y_train))
-        for i in range(steps_per_epoch):
+        for idx in _common.epoch_shards(len(y_train), B, rank, world,
+                                        seed=(args.seed, epoch)):
             step += 1
             if step == args.crash_at_step and rank == args.crash_rank:
                 raise RuntimeError(f'rank {rank} crashes at step {step}, as '
                                    f'asked by --crash-at-step')
-            idx = order[i * B + rank * b:i * B + (rank + 1) * b]
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = time.perf_counter()
@@ -172,9 +169,9 @@ def main(argv=None):
             communication += timer.busy()
             optimizer.step()
             if step == 1 and rank == 0:
-                torch.save({k: v.detach().cpu() for k, v in
-                            model.module.state_dict().items()},
-                           os.path.join(args.out, 'params_step1.pt'))
+                np.savez(os.path.join(args.out, 'params_step1.npz'),
+                         **{k: v.detach().cpu().numpy() for k, v in
+                            model.module.state_dict().items()})
         if rank == 0:
             print(f'epoch {epoch + 1}: loss {loss.item():.3f} (rank 0 shard)'
                   f', {time.perf_counter() - start:.1f} sec', flush=True)

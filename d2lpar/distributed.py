@@ -27,13 +27,15 @@ import tempfile
 import time
 import uuid
 
+import numpy as np
+
 from d2lpar import _common
 
 HOST = '127.0.0.1'
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _MARK = 'D2LPAR_RUN'  # environment variable that marks our processes
 _OUTPUTS = re.compile(r'^(rank\d+\.json|worker\d+\.json|result\.json|'
-                      r'params_step1\.(pt|npz)|torchrun\.log|scheduler\.log|'
+                      r'params_step1\.npz|torchrun\.log|scheduler\.log|'
                       r'server\.log|worker-process-\d+\.log)$')
 
 
@@ -186,6 +188,12 @@ class DistributedResult(_common.TrainResult):
     @property
     def num_workers(self):
         return len(self.processes)
+
+    def first_step_params(self):
+        """{name: NumPy array}: the model's parameters after the first
+        step of the run, as rank 0 saved them."""
+        with np.load(os.path.join(self.out_dir, 'params_step1.npz')) as f:
+            return dict(f)
 
     def __str__(self):
         devices = ', '.join(sorted({p['device'] for p in self.processes}))

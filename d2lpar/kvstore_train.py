@@ -122,8 +122,6 @@ def main(argv=None):
     trainer = gluon.Trainer(net.collect_params(), 'sgd',
                             {'learning_rate': args.lr}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
-    rng = onp.random.default_rng(args.seed)  # the same order everywhere
-    steps_per_epoch = len(y_train) // B
     step, compute, communication = 0, 0.0, 0.0
     os.makedirs(args.out, exist_ok=True)
 
@@ -131,13 +129,12 @@ def main(argv=None):
         kv._barrier()  # start the clocks together (MXNet 1.x name)
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        order = rng.permutation(len(y_train))
-        for i in range(steps_per_epoch):
+        for idx in _common.epoch_shards(len(y_train), B, rank, world,
+                                        seed=(args.seed, epoch)):
             step += 1
             if step == args.crash_at_step and rank == args.crash_rank:
                 raise RuntimeError(f'worker rank {rank} crashes at step '
                                    f'{step}, as asked by --crash-at-step')
-            idx = order[i * B + rank * b:i * B + (rank + 1) * b]
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
             t0 = time.perf_counter()

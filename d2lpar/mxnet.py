@@ -22,6 +22,7 @@ from d2l import mxnet as _d2l  # noqa: E402
 import mxnet as mx  # noqa: E402
 from mxnet.base import _LIB, check_call  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
+from mxnet.gluon import nn  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
@@ -29,8 +30,8 @@ from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     Animator, DataError, TrainResult, check_allreduce, check_devices,
-    check_replicas, check_split, data_dir, plot_allreduce, plot_scaling,
-    plot_timings, say_once)
+    check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
+    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once)
 
 npx.set_np()
 
@@ -39,9 +40,10 @@ __all__ = _common.SHARED + [
     'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
     'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
-    'print_processes', 'ring_allreduce', 'sgd', 'split_batch', 'synchronize',
-    'train', 'train_batch', 'train_distributed', 'train_step_timeline',
-    'try_all_gpus', 'try_devices', 'try_gpu']
+    'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
+    'synchronize', 'train', 'train_batch', 'train_concise',
+    'train_distributed', 'train_step_timeline', 'try_all_gpus',
+    'try_devices', 'try_gpu']
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
@@ -422,6 +424,138 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
             sgd(params, lr, X.shape[0])
             timeline.watch(params, 'update')
     return timeline
+
+
+# --------------------------------------------------------------------------
+# Concise implementation: ResNet-18 with a Gluon Trainer over contexts
+# --------------------------------------------------------------------------
+class Residual(nn.HybridBlock):
+    """The residual block of ResNet: two 3x3 convolutions with batch
+    normalization, plus a shortcut (a 1x1 convolution when the block
+    changes the number of channels or the resolution)."""
+
+    def __init__(self, in_channels, out_channels, use_1x1conv=False,
+                 strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.conv1 = nn.Conv2D(out_channels, kernel_size=3, padding=1,
+                               strides=strides, in_channels=in_channels)
+        self.conv2 = nn.Conv2D(out_channels, kernel_size=3, padding=1,
+                               in_channels=out_channels)
+        self.conv3 = nn.Conv2D(out_channels, kernel_size=1, strides=strides,
+                               in_channels=in_channels) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm(in_channels=out_channels)
+        self.bn2 = nn.BatchNorm(in_channels=out_channels)
+
+    def hybrid_forward(self, F, X):
+        Y = F.npx.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3 is not None:
+            X = self.conv3(X)
+        return F.npx.relu(Y + X)
+
+
+def resnet18(num_classes=10, in_channels=1, width=64):
+    """The book's ResNet-18 for small images: a 3x3 first convolution and
+    no max-pooling, four stages of two residual blocks with `width`,
+    2 `width`, 4 `width` and 8 `width` channels, global average pooling
+    and a dense layer, initialized (Xavier) on the CPU. The book uses
+    ``width=64``; a CPU trains a thinner network (e.g. 8) in seconds
+    rather than minutes."""
+    def resnet_block(in_channels, out_channels, num_residuals,
+                     first_block=False):
+        blk = nn.HybridSequential()
+        for i in range(num_residuals):
+            if i == 0 and not first_block:
+                blk.add(Residual(in_channels, out_channels,
+                                 use_1x1conv=True, strides=2))
+            else:
+                blk.add(Residual(out_channels, out_channels))
+        return blk
+
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(width, kernel_size=3, strides=1, padding=1,
+                      in_channels=in_channels),
+            nn.BatchNorm(in_channels=width), nn.Activation('relu'),
+            resnet_block(width, width, 2, first_block=True),
+            resnet_block(width, 2 * width, 2),
+            resnet_block(2 * width, 4 * width, 2),
+            resnet_block(4 * width, 8 * width, 2),
+            nn.GlobalAvgPool2D(), nn.Dense(num_classes, in_units=8 * width))
+    net.initialize(mx.init.Xavier(), ctx=cpu())
+    return net
+
+
+def fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
+        warmup_epochs, report):
+    """The training loop of `train_concise`. Each global batch of
+    `batch_size` examples is cut into one shard per device; each device
+    computes the loss of its shard and its gradient; the `Trainer` sums
+    the gradients of all devices (its KVStore) and updates every copy of
+    the parameters. After each epoch, ``report(epoch, test accuracy,
+    seconds the epoch's training took)``."""
+    X_train, y_train, _, _, _ = fashion_mnist_arrays(num_train, num_test)
+    _, test_iter = load_data_fashion_mnist(256, num_train, num_test)
+    steps_per_epoch = len(y_train) // batch_size
+    total_steps = steps_per_epoch * num_epochs
+    warmup_steps = round(warmup_epochs * steps_per_epoch)
+    trainer = gluon.Trainer(net.collect_params(), 'sgd',
+                            {'learning_rate': lr})
+    loss = gluon.loss.SoftmaxCrossEntropyLoss()
+    step = 0
+    for epoch in range(num_epochs):
+        timer = Timer()
+        for idx in epoch_shards(len(y_train), batch_size, seed=epoch):
+            X_shards, y_shards = split_batch(
+                np.array(X_train[idx]), np.array(y_train[idx]), devices)
+            trainer.set_learning_rate(learning_rate(step, lr, warmup_steps,
+                                                    total_steps))
+            with autograd.record():
+                ls = [loss(net(X_shard), y_shard)
+                      for X_shard, y_shard in zip(X_shards, y_shards)]
+            for l in ls:
+                l.backward()
+            trainer.step(batch_size)  # sum over devices, divide by batch
+            step += 1
+        npx.waitall()
+        seconds = timer.stop()
+        # Outside autograd.record, batch norm uses its running statistics
+        report(epoch, evaluate_accuracy(net, test_iter, devices[0]), seconds)
+
+
+def train_concise(net, devices, batch_size, lr, num_epochs=10,
+                  num_train=None, num_test=None, warmup_epochs=0,
+                  plot=True):
+    """Train the classifier `net` on Fashion-MNIST with data parallelism
+    over `devices`, with the framework's own tools: a copy of the network
+    on every context and a Gluon `Trainer` whose KVStore sums the
+    gradients. `batch_size` is the global batch, cut into one shard per
+    device; the learning rate warms up linearly from ``lr /
+    warmup_steps`` over `warmup_epochs` epochs, then decays to 0 (cosine).
+    Plots the test accuracy per epoch, leaves the trained parameters in
+    `net` (on `devices`), and returns a `TrainResult`."""
+    devices = _common.check_concise(batch_size, devices, num_train,
+                                    num_epochs, warmup_epochs)
+    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
+                        ylim=[0, 1]) if plot else None
+    accs, seconds = [], []
+
+    def report(epoch, acc, sec):
+        accs.append(acc)
+        seconds.append(sec)
+        if animator:
+            animator.add(epoch + 1, (acc,))
+
+    net.collect_params().reset_ctx(devices)  # a copy on every device
+    net.hybridize()
+    fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
+        warmup_epochs, report)
+    num_train_used = len(_common.fashion_mnist_arrays(num_train,
+                                                      num_test)[1])
+    result = TrainResult(accs[-1], sum(seconds) / len(seconds),
+                         [str(d) for d in devices], num_epochs,
+                         num_train_used // batch_size * batch_size, accs)
+    print(result)
+    return result
 
 
 # --------------------------------------------------------------------------

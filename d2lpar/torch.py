@@ -4,16 +4,23 @@ The same public names, with the same signatures, as ``d2lpar.mxnet``.
 Everything runs on a CPU-only machine: where a lesson asks for more GPUs
 than there are, `try_devices` hands out CPU stand-ins and says so once.
 """
+import contextlib
+import io
 import os
+import time
 
 # Keep the profiler's own log lines out of the lessons (set before torch).
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 from d2l import torch as _d2l  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
+from torch.multiprocessing.spawn import ProcessException  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.profiler import (  # noqa: E402
     ProfilerActivity, profile, record_function)
 
@@ -23,17 +30,18 @@ from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     Animator, DataError, TrainResult, check_allreduce, check_devices,
-    check_replicas, check_split, data_dir, plot_allreduce, plot_scaling,
-    plot_timings, say_once)
+    check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
+    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once)
 
 __all__ = _common.SHARED + [
     'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
     'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
     'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
-    'print_processes', 'ring_allreduce', 'sgd', 'split_batch', 'synchronize',
-    'train', 'train_batch', 'train_distributed', 'train_step_timeline',
-    'try_all_gpus', 'try_devices', 'try_gpu']
+    'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
+    'synchronize', 'train', 'train_batch', 'train_concise',
+    'train_distributed', 'train_step_timeline', 'try_all_gpus',
+    'try_devices', 'try_gpu']
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
@@ -394,6 +402,226 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
             for params in device_params:
                 sgd(params, lr, X.shape[0])
     return timeline
+
+
+# --------------------------------------------------------------------------
+# Concise implementation: ResNet-18 with DistributedDataParallel
+# --------------------------------------------------------------------------
+class Residual(nn.Module):
+    """The residual block of ResNet: two 3x3 convolutions with batch
+    normalization, plus a shortcut (a 1x1 convolution when the block
+    changes the number of channels or the resolution)."""
+
+    def __init__(self, in_channels, out_channels, use_1x1conv=False,
+                 strides=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, kernel_size=3,
+                               padding=1, stride=strides)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, kernel_size=3,
+                               padding=1)
+        self.conv3 = nn.Conv2d(in_channels, out_channels, kernel_size=1,
+                               stride=strides) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+
+    def forward(self, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3 is not None:
+            X = self.conv3(X)
+        return F.relu(Y + X)
+
+
+def resnet18(num_classes=10, in_channels=1, width=64):
+    """The book's ResNet-18 for small images: a 3x3 first convolution and
+    no max-pooling, four stages of two residual blocks with `width`,
+    2 `width`, 4 `width` and 8 `width` channels, global average pooling
+    and a dense layer. The book uses ``width=64``; a CPU trains a thinner
+    network (e.g. 8) in seconds rather than minutes."""
+    def resnet_block(in_channels, out_channels, num_residuals,
+                     first_block=False):
+        blk = []
+        for i in range(num_residuals):
+            if i == 0 and not first_block:
+                blk.append(Residual(in_channels, out_channels,
+                                    use_1x1conv=True, strides=2))
+            else:
+                blk.append(Residual(out_channels, out_channels))
+        return nn.Sequential(*blk)
+
+    return nn.Sequential(
+        nn.Conv2d(in_channels, width, kernel_size=3, stride=1, padding=1),
+        nn.BatchNorm2d(width), nn.ReLU(),
+        resnet_block(width, width, 2, first_block=True),
+        resnet_block(width, 2 * width, 2),
+        resnet_block(2 * width, 4 * width, 2),
+        resnet_block(4 * width, 8 * width, 2),
+        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(),
+        nn.Linear(8 * width, num_classes))
+
+
+def fit(model, net, device, rank, world_size, batch_size, lr, num_epochs,
+        num_train, num_test, warmup_epochs, report):
+    """The training loop of `train_concise`, as every process runs it.
+
+    `model` takes the steps: `net` itself on one device, or `net` wrapped
+    in DistributedDataParallel. Process `rank` of `world_size` trains on
+    its shard of each global batch of `batch_size` examples. Rank 0
+    evaluates `net` after each epoch and calls ``report(epoch, test
+    accuracy, seconds the epoch's training took)``."""
+    X_train, y_train, _, _, _ = fashion_mnist_arrays(num_train, num_test)
+    _, test_iter = load_data_fashion_mnist(256, num_train, num_test)
+    steps_per_epoch = len(y_train) // batch_size
+    total_steps = steps_per_epoch * num_epochs
+    warmup_steps = round(warmup_epochs * steps_per_epoch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loss = nn.CrossEntropyLoss()  # the mean over this device's shard
+    step = 0
+    for epoch in range(num_epochs):
+        model.train()
+        timer = Timer()
+        for idx in epoch_shards(len(y_train), batch_size, rank, world_size,
+                                seed=epoch):
+            X = torch.from_numpy(X_train[idx]).to(device)
+            y = torch.from_numpy(y_train[idx]).to(device)
+            for group in optimizer.param_groups:
+                group['lr'] = learning_rate(step, lr, warmup_steps,
+                                            total_steps)
+            optimizer.zero_grad()
+            # With DDP, backward also averages the gradients of all
+            # processes, bucket by bucket, while it is still computing
+            loss(model(X), y).backward()
+            optimizer.step()
+            step += 1
+        synchronize([device])
+        seconds = timer.stop()
+        if rank == 0:  # net, not model: DDP's forward waits for the others
+            net.eval()  # batch norm: use the running statistics
+            report(epoch, evaluate_accuracy(net, test_iter, device), seconds)
+
+
+def ddp_worker(rank, world_size, port, net, devices, settings, queue):
+    """Process `rank` of a `train_concise` run on several devices: join
+    the process group, wrap `net` in DistributedDataParallel, train with
+    `fit`, and send the reports (and, from rank 0, the trained
+    parameters) to the parent through `queue`."""
+    device = devices[rank]
+    cuda = device.type == 'cuda'
+    if cuda:
+        torch.cuda.set_device(device)
+    else:  # the processes share the CPU cores
+        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
+    dist.init_process_group('nccl' if cuda else 'gloo',
+                            init_method=f'tcp://127.0.0.1:{port}',
+                            rank=rank, world_size=world_size)
+    try:
+        # DDP copies rank 0's parameters and buffers to every process, and
+        # by default copies the buffers (the running statistics of batch
+        # norm) again before every forward pass
+        model = DistributedDataParallel(
+            net.to(device), device_ids=[device] if cuda else None)
+        fit(model, net, device, rank, world_size, *settings,
+            report=lambda *r: queue.put(('epoch', *r)))
+        if rank == 0:
+            queue.put(('state', {k: v.detach().cpu().numpy()
+                                 for k, v in net.state_dict().items()}))
+    finally:
+        dist.destroy_process_group()
+
+
+def _quiet_worker(rank, *args):
+    """`ddp_worker`, with the data notices that the parent already
+    printed kept out of the notebook."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        ddp_worker(rank, *args)
+
+
+def _check_importable(net):
+    for m in net.modules():
+        if type(m).__module__ == '__main__':
+            raise ValueError(
+                f'The layer class {type(m).__name__} is defined in this '
+                f'notebook or script; the processes train_concise starts '
+                f'cannot import it. Move it into a .py file and import it, '
+                f'or build the network from torch.nn layers.')
+
+
+def _run_processes(net, devices, settings, report, timeout=3600):
+    _check_importable(net)
+    net = net.cpu()
+    queue = torch.multiprocessing.get_context('spawn').SimpleQueue()
+    procs = torch.multiprocessing.start_processes(
+        _quiet_worker, nprocs=len(devices), join=False,
+        start_method='spawn',
+        args=(len(devices), _distributed.free_port(), net, devices,
+              settings, queue))
+    deadline, state = time.monotonic() + timeout, None
+    try:
+        done = False
+        while not done:
+            try:
+                done = procs.join(timeout=0.1)
+            except ProcessException as e:
+                raise RuntimeError(f'A training process failed, so '
+                                   f'train_concise stopped all of them:\n'
+                                   f'{e}') from None
+            while not queue.empty():
+                kind, *payload = queue.get()
+                if kind == 'epoch':
+                    report(*payload)
+                else:
+                    state = payload[0]
+            if not done and time.monotonic() > deadline:
+                raise RuntimeError(f'train_concise ran for more than '
+                                   f'{timeout} s and was stopped: are the '
+                                   f'processes stuck? Try fewer examples or '
+                                   f'epochs.')
+    finally:
+        for p in procs.processes:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+
+
+def train_concise(net, devices, batch_size, lr, num_epochs=10,
+                  num_train=None, num_test=None, warmup_epochs=0,
+                  plot=True):
+    """Train the classifier `net` on Fashion-MNIST with data parallelism
+    over `devices`, with the framework's own tools: one process per device
+    and DistributedDataParallel (gloo on CPUs, nccl on GPUs); on one
+    device, in this process. `batch_size` is the global batch, cut into
+    one shard per device; the learning rate warms up linearly from
+    ``lr / warmup_steps`` over `warmup_epochs` epochs, then decays to 0
+    (cosine). Plots the test accuracy per epoch, leaves the trained
+    parameters in `net` (on ``devices[0]``), and returns a `TrainResult`."""
+    devices = [torch.device(d) for d in _common.check_concise(
+        batch_size, devices, num_train, num_epochs, warmup_epochs)]
+    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
+                        ylim=[0, 1]) if plot else None
+    accs, seconds = [], []
+
+    def report(epoch, acc, sec):
+        accs.append(acc)
+        seconds.append(sec)
+        if animator:
+            animator.add(epoch + 1, (acc,))
+
+    settings = (batch_size, lr, num_epochs, num_train, num_test,
+                warmup_epochs)
+    if len(devices) == 1:
+        net.to(devices[0])
+        fit(net, net, devices[0], 0, 1, *settings, report=report)
+    else:
+        _run_processes(net, devices, settings, report)
+        net.to(devices[0])
+    num_train_used = len(_common.fashion_mnist_arrays(num_train,
+                                                      num_test)[1])
+    result = TrainResult(accs[-1], sum(seconds) / len(seconds),
+                         [str(d) for d in devices], num_epochs,
+                         num_train_used // batch_size * batch_size, accs)
+    print(result)
+    return result
 
 
 # --------------------------------------------------------------------------

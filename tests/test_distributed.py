@@ -50,12 +50,7 @@ def runs(tmp_path_factory, data_root):
 
 
 def _step1(result):
-    path = f'{result.out_dir}/params_step1'
-    if result.framework == 'torch':
-        import torch
-        return {k: v.numpy() for k, v in torch.load(path + '.pt').items()}
-    with np.load(path + '.npz') as f:
-        return dict(f)
+    return result.first_step_params()
 
 
 def _survivors(framework, out_dir):
