@@ -426,7 +426,9 @@ def training_arguments(description, who):
     p.add_argument('--epochs', type=int, default=2)
     p.add_argument('--batch-size', type=int, default=256,
                    help=f'global batch, over all {who}')
-    p.add_argument('--lr', type=float, default=0.2)
+    p.add_argument('--lr', type=float, default=0.2,
+                   help='learning rate of the first step; it decays to 0 '
+                   'by the last step (cosine)')
     p.add_argument('--num-train', type=int, default=None)
     p.add_argument('--num-test', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)

@@ -146,6 +146,7 @@ def main(argv=None):
     timer = CommTimer(cuda)
     model.register_comm_hook(timer, timed_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    total_steps = len(y_train) // B * args.epochs
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
     step, compute, communication = 0, 0.0, 0.0
     os.makedirs(args.out, exist_ok=True)
@@ -162,6 +163,9 @@ def main(argv=None):
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = time.perf_counter()
+            for group in optimizer.param_groups:  # cosine decay
+                group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
+                                                    total_steps)
             optimizer.zero_grad()
             loss = loss_fn(model(X), y)
             loss.backward()  # DDP averages the gradients over processes

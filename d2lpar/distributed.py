@@ -379,11 +379,12 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
 # --------------------------------------------------------------------------
 def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
-          out_dir=None):
+          crash_at_step=None, out_dir=None):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
-    `out_dir`, by default a new temporary folder."""
+    `out_dir`, by default a new temporary folder. `crash_at_step` makes
+    the last process fail at that step, to see how a failure ends."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(f"framework is 'torch' or 'mxnet', got "
@@ -400,6 +401,9 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         args += ['--num-train', num_train]
     if num_test is not None:
         args += ['--num-test', num_test]
+    if crash_at_step is not None:
+        args += ['--crash-at-step', crash_at_step,
+                 '--crash-rank', num_workers - 1]
     result = launch(num_workers, out_dir, args, port=port, timeout=timeout)
     print(result)
     return result

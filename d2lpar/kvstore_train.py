@@ -119,8 +119,13 @@ def main(argv=None):
                          f'batch of {B}.')
     net = lenet(args.seed, ctx)
     net.hybridize()
+    # The optimizer runs on the server, so the learning rate follows a
+    # schedule given to it: a cosine decay to 0 by the last step
+    total_steps = len(y_train) // B * args.epochs
+    schedule = mx.lr_scheduler.CosineScheduler(total_steps, args.lr)
     trainer = gluon.Trainer(net.collect_params(), 'sgd',
-                            {'learning_rate': args.lr}, kvstore=kv)
+                            {'learning_rate': args.lr,
+                             'lr_scheduler': schedule}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
     step, compute, communication = 0, 0.0, 0.0
     os.makedirs(args.out, exist_ok=True)

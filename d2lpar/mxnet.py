@@ -562,15 +562,17 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 # Several processes, on this machine or on several (d2lpar.distributed)
 # --------------------------------------------------------------------------
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
-                      num_train=None, num_test=None, port=None, timeout=300):
+                      num_train=None, num_test=None, port=None, timeout=300,
+                      crash_at_step=None):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (the dist_sync KVStore with a scheduler and a server), each on its
     share of every global batch; print and return a `DistributedResult`
     with the times of every process. A crashed worker, a port in use or
     the `timeout` end the run with a RuntimeError, and no process is left
-    behind."""
+    behind; `crash_at_step` makes the last process fail on purpose."""
     return _distributed.train('mxnet', num_workers, batch_size, lr,
-                              num_epochs, num_train, num_test, port, timeout)
+                              num_epochs, num_train, num_test, port, timeout,
+                              crash_at_step)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,
