@@ -1,0 +1,159 @@
+"""Concise training (lesson 3): ResNet-18, the learning-rate schedule, the
+shards of every device, and `train_concise` on one and on two devices,
+including its errors. That two devices reach the accuracy of one (within 2
+points) is checked by the lesson itself, at its full CPU size, under nbval.
+"""
+import math
+import os
+
+import numpy as np
+import psutil
+import pytest
+
+SMALL = dict(num_train=1024, num_test=256, num_epochs=3, plot=False)
+
+
+def _trainable(backend, net):
+    if backend.name == 'torch':
+        return [p.detach().numpy().copy() for p in net.parameters()]
+    return [p.data(p.list_ctx()[0]).asnumpy() for p in
+            net.collect_params().values() if p.grad_req != 'null']
+
+
+def _forward(backend, net, X):
+    if backend.name == 'torch':
+        import torch
+        return net(torch.from_numpy(X)).shape
+    from mxnet import np as mnp
+    return net(mnp.array(X)).shape
+
+
+@pytest.mark.parametrize('width, count', [(64, 11175818), (8, 176634),
+                                          (4, 44738)])
+def test_resnet18_has_the_book_architecture(backend, width, count):
+    net = backend.resnet18(num_classes=10, in_channels=1, width=width)
+    assert sum(p.size for p in _trainable(backend, net)) == count
+    X = np.zeros((3, 1, 28, 28), np.float32)
+    assert tuple(_forward(backend, net, X)) == (3, 10)
+    net3 = backend.resnet18(num_classes=5, in_channels=3, width=4)
+    assert tuple(_forward(backend, net3, np.zeros((2, 3, 32, 32),
+                                                  np.float32))) == (2, 5)
+
+
+def test_learning_rate_warms_up_then_decays_to_zero(common):
+    lr, warmup, total = 0.4, 10, 50
+    rates = [common.learning_rate(s, lr, warmup, total) for s in range(total)]
+    np.testing.assert_allclose(rates[:warmup],
+                               [lr * (s + 1) / warmup for s in range(warmup)])
+    assert rates[warmup - 1] == pytest.approx(lr)
+    assert rates[warmup] == pytest.approx(lr)  # the decay starts at the top
+    assert all(a > b for a, b in zip(rates[warmup:], rates[warmup + 1:]))
+    assert rates[-1] < lr * 0.01
+    assert common.learning_rate(total, lr, warmup, total) == pytest.approx(0)
+    assert common.learning_rate(0, lr, 0, total) == lr  # no warm-up
+    half = common.learning_rate(warmup + (total - warmup) // 2, lr, warmup,
+                                total)
+    assert half == pytest.approx(lr / 2)
+    assert math.isfinite(common.learning_rate(0, lr, 0, 0))
+
+
+@pytest.mark.parametrize('k', [1, 2, 4])
+def test_shards_make_up_the_global_batch(common, k):
+    n, B = 103, 16
+    one = list(common.epoch_shards(n, B, seed=5))
+    assert len(one) == n // B and all(len(b) == B for b in one)
+    assert len(set(np.concatenate(one))) == (n // B) * B  # no repeats
+    per_rank = [list(common.epoch_shards(n, B, r, k, seed=5))
+                for r in range(k)]
+    for step, batch in enumerate(one):
+        shards = [per_rank[r][step] for r in range(k)]
+        assert all(len(s) == B // k for s in shards)
+        np.testing.assert_array_equal(np.concatenate(shards), batch)
+    assert [b.tolist() for b in common.epoch_shards(n, B, seed=5)] == \
+        [b.tolist() for b in one]  # the same seed, the same order
+    assert [b.tolist() for b in common.epoch_shards(n, B, seed=6)] != \
+        [b.tolist() for b in one]
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(batch_size=65), 'multiple of 2'),
+    (dict(batch_size=1), 'multiple of 2'),
+    (dict(num_train=100), 'make no batch of 128'),
+    (dict(num_epochs=0), 'num_epochs'),
+    (dict(warmup_epochs=3), 'warmup_epochs'),
+])
+def test_bad_arguments_are_refused_before_training(backend, kwargs,
+                                                   message):
+    args = dict(batch_size=128, lr=0.1, num_epochs=2, num_train=512,
+                num_test=256, plot=False)
+    args.update(kwargs)
+    net = backend.resnet18(width=4)
+    with pytest.raises(ValueError, match=message):
+        backend.train_concise(net, backend.try_devices(2), **args)
+
+
+@pytest.mark.parametrize('k', [1, 2])
+def test_train_concise_trains_net_in_place(backend, k):
+    backend.seed(0)
+    net = backend.resnet18(width=4)
+    before = _trainable(backend, net)
+    devices = backend.try_devices(k)
+    result = backend.train_concise(net, devices, 64 * k, 0.1 * k,
+                                   warmup_epochs=0.5, **SMALL)
+    assert result.devices == [str(d) for d in devices]
+    assert result.num_epochs == 3 and len(result.test_accs) == 3
+    assert result.num_examples == 1024 and result.sec_per_epoch > 0
+    assert result.test_acc > 0.2  # ten classes: it learned something
+    after = _trainable(backend, net)
+    assert any(not np.allclose(a, b) for a, b in zip(after, before))
+    # The trained parameters are in `net`: evaluating it gives the
+    # accuracy the run reported
+    _, test_iter = backend.load_data_fashion_mnist(256, 1024, 256)
+    if backend.name == 'torch':
+        net.eval()
+    acc = backend.evaluate_accuracy(net, test_iter, devices[0])
+    assert acc == pytest.approx(result.test_acc)
+
+
+def test_a_failing_process_stops_the_run(backend):
+    """A network that cannot take the images fails in the workers; the
+    error comes back, and no process is left."""
+    if backend.name == 'torch':
+        from torch import nn
+        net = nn.Sequential(nn.Flatten(), nn.Linear(10, 10))
+        expected = RuntimeError
+    else:
+        from mxnet.gluon import nn
+        net = nn.HybridSequential()
+        net.add(nn.Dense(10, in_units=10, flatten=True))
+        net.initialize()
+        expected = Exception  # MXNet's own shape error, in this process
+    with pytest.raises(expected) as info:
+        backend.train_concise(net, backend.try_devices(2), 64, 0.1,
+                              **SMALL)
+    if backend.name == 'torch':
+        assert 'A training process failed' in str(info.value)
+        assert 'shapes cannot be multiplied' in str(info.value)
+    assert _training_processes() == []
+
+
+def _training_processes():
+    """Children started by torch.multiprocessing (not its long-lived
+    resource tracker)."""
+    return [p for p in psutil.Process(os.getpid()).children(recursive=True)
+            if 'spawn_main' in ' '.join(p.cmdline())]
+
+
+def test_layers_defined_in_a_notebook_are_refused():
+    """PyTorch only: MXNet trains in this process, where any class works."""
+    from torch import nn
+    from d2lpar import torch as d2l
+
+    class Notebook(nn.Module):
+        def forward(self, X):
+            return X
+
+    Notebook.__module__ = '__main__'
+    net = nn.Sequential(Notebook(), nn.Flatten(), nn.Linear(784, 10))
+    with pytest.raises(ValueError, match='Move it into a .py file'):
+        d2l.train_concise(net, d2l.try_devices(2), 64, 0.1, **SMALL)
