@@ -362,11 +362,60 @@ def interleaved(runs, reps):
     return out
 
 
-def concise_names(d2l):
-    """Public training functions of d2lpar besides the from-scratch ones:
-    a sign that the concise lesson (3) exists."""
-    return sorted(n for n in dir(d2l) if n.startswith('train')
-                  and ('concise' in n or n == 'train_ch13'))
+CONCISE = dict(width=8, batch_size=64, lr=0.1, num_train=1024, num_test=512,
+               num_epochs=1)
+
+
+def concise_runs(d2l, d2l_book, framework, cfg):
+    """d2lpar's concise `train_concise` against the d2l package's
+    `train_ch13`, on one device, with the same ResNet-18, data, batch and
+    optimizer (plain SGD): end-to-end examples/s (training plus the test
+    evaluation each epoch, by the wall clock), interleaved."""
+    c = CONCISE
+    examples = c['num_train'] // c['batch_size'] * c['batch_size'] \
+        * c['num_epochs']
+    device = d2l.try_devices(1)
+
+    def ours():
+        r = d2l.train_concise(d2l.resnet18(width=c['width']), device,
+                              c['batch_size'], c['lr'], c['num_epochs'],
+                              c['num_train'], c['num_test'], plot=False)
+        return r.examples_per_sec, r.test_acc
+
+    def book():
+        train_iter, test_iter = d2l.load_data_fashion_mnist(
+            c['batch_size'], c['num_train'], c['num_test'])
+        net = d2l.resnet18(width=c['width'])
+        if framework == 'torch':
+            import torch
+            from torch import nn
+            trainer = torch.optim.SGD(net.parameters(), lr=c['lr'])
+            loss = nn.CrossEntropyLoss(reduction='none')
+            d2l_book.train_ch13(net, train_iter, test_iter, loss, trainer,
+                                c['num_epochs'], device)
+            net.eval()
+        else:
+            from mxnet import gluon
+            net.collect_params().reset_ctx(device)
+            net.hybridize()
+            trainer = gluon.Trainer(net.collect_params(), 'sgd',
+                                    {'learning_rate': c['lr']})
+            loss = gluon.loss.SoftmaxCrossEntropyLoss()
+            d2l_book.train_ch13(net, train_iter, test_iter, loss, trainer,
+                                c['num_epochs'], device)
+        acc = d2l.evaluate_accuracy(net, test_iter, device[0])
+        return None, acc
+
+    def wall(fn):
+        def run():
+            m = timed(fn, examples)
+            m['train_eps'] = m['e2e_eps']  # the same clock for both
+            return m
+        return run
+
+    ours()  # warm up (data cache, first-call costs)
+    return interleaved({'train_concise': wall(ours),
+                        'train_ch13': wall(book)}, cfg['reps'])
 
 
 def train_runs(d2l, d2l_book, wait, cfg, extra=None):
@@ -423,7 +472,8 @@ def worker_train_torch(spec):
 
     runs = train_runs(d2l, d2l_book, d2l.synchronize, spec, extra={
         'd2l.train-1t/1': one_thread(1), 'd2l.train-1t/2': one_thread(2)})
-    return {'runs': runs, 'concise': concise_names(d2l), 'threads': threads}
+    return {'runs': runs, 'threads': threads,
+            'concise': concise_runs(d2l, d2l_book, 'torch', spec)}
 
 
 def worker_train_mxnet(spec):
@@ -442,8 +492,8 @@ def worker_train_mxnet(spec):
 
     runs = train_runs(d2l, d2l_book, lambda devices: npx.waitall(), spec,
                       extra={'gluon/1': gluon(1), 'gluon/2': gluon(2)})
-    return {'runs': runs, 'concise': concise_names(d2l),
-            'temp_copy': os.environ.get('MXNET_CPU_TEMP_COPY')}
+    return {'runs': runs, 'temp_copy': os.environ.get('MXNET_CPU_TEMP_COPY'),
+            'concise': concise_runs(d2l, d2l_book, 'mxnet', spec)}
 
 
 def gluon_train(d2l, k, params, cfg):
@@ -594,6 +644,11 @@ WORKERS = {'allreduce': worker_allreduce,
 
 
 def worker_main(name, spec, out):
+    # Settle pyplot's backend now: d2l's Animator (in train_ch13) creates an
+    # IPython shell, and matplotlib 3.7 then asks IPython 9 for a function
+    # it no longer has when it picks a backend.
+    import matplotlib.pyplot as plt
+    plt.switch_backend('Agg')
     result = WORKERS[name](spec)
     if spec.get('rank', 0) == 0:
         with open(out, 'w') as f:
@@ -621,6 +676,10 @@ def fmt_bytes(n):
 
 def fmt_sig(x, digits=3):
     return f'{x:.{digits}g}' if x < 10 ** digits else f'{x:.0f}'
+
+
+def fmt_eps(x):
+    return 'n/a' if x is None else f'{x:.0f}'
 
 
 def fmt_ratio(x, digits=2):
@@ -809,8 +868,9 @@ def section_training(args):
     res['temp_copy'] = {v: (summarize(r['runs'], f'temp_copy={v}')
                             if 'runs' in r else r)
                         for v, r in temp.items()}
-    res['concise'] = {b: raw.get('concise') for b, raw in
-                      (('torch', torch_raw), ('mxnet', mxnet_raw))}
+    for backend, raw in (('torch', torch_raw), ('mxnet', mxnet_raw)):
+        for label, ms in (raw.get('concise') or {}).items():
+            runs[f'{backend}:{label}'] = summarize(ms, f'{backend} concise')
     return res
 
 
@@ -908,15 +968,21 @@ def report_training(res):
                           + fmt_ratio(ratio(runs, 'torch:ddp/2',
                                             'torch:d2l.train/1'))) + ' |')
     out += scaling
-    out += ['', '### Lesson 3: concise training', '']
-    concise = res['concise']
-    found = sorted({n for v in concise.values() if v for n in v})
-    if found:
-        out.append(f'd2lpar now has {", ".join(found)}: add it to '
-                   f'tools/bench.py (its API is not known to this script).')
-    else:
-        out.append(md_table(['row', 'result'], [[
-            'concise train vs `d2l.train_ch13`', 'n/a: not built yet']]))
+    out += ['', '### Lesson 3: concise training', '',
+            f'ResNet-18 (width {CONCISE["width"]}), {CONCISE["num_train"]} '
+            f'training and {CONCISE["num_test"]} test examples, batch '
+            f'{CONCISE["batch_size"]}, 1 device, end-to-end examples/s '
+            f'(training and test evaluation, wall clock):', '']
+    rows = []
+    for backend in ('torch', 'mxnet'):
+        ours = runs.get(f'{backend}:train_concise') or {}
+        book = runs.get(f'{backend}:train_ch13') or {}
+        rows.append([backend, fmt_eps(ours.get('train_eps')),
+                     fmt_eps(book.get('train_eps')),
+                     fmt_ratio(ratio(runs, f'{backend}:train_concise',
+                                     f'{backend}:train_ch13'))])
+    out.append(md_table(['backend', 'd2l.train_concise', 'd2l.train_ch13',
+                         'ratio'], rows))
     out += ['', '### MXNET_CPU_TEMP_COPY', '',
             'd2lpar.mxnet sets it to 16 before importing MXNet unless it is '
             'set; MXNet\'s default is 4. `d2l.train` (MXNet), 2 devices, in '
@@ -1107,10 +1173,12 @@ def targets(results):
             lines.append((verdict(None if c is None else c >= 1.0),
                           f'{backend} d2l.train / chapter\'s loop, 1 device: '
                           f'{fmt_ratio(c, 3)} (target >= 1.00x; {note})'))
-        found = sorted({n for v in tr['concise'].values() if v for n in v})
-        lines.append(('n/a', 'concise train vs d2l.train_ch13: '
-                      + ('not built yet' if not found else
-                         f'{", ".join(found)} found but not benchmarked')))
+        for backend in ('torch', 'mxnet'):
+            c = ratio(runs, f'{backend}:train_concise',
+                      f'{backend}:train_ch13')
+            lines.append((verdict(None if c is None else c >= 1.0),
+                          f'{backend} train_concise / d2l.train_ch13, 1 '
+                          f'device: {fmt_ratio(c, 3)} (target >= 1.00x)'))
     nb = results.get('notebooks')
     if nb:
         timed_rows = [r for r in nb['rows'] if r['seconds'] is not None]
