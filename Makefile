@@ -40,15 +40,21 @@ check-notebooks:
 figures: $(STAMP)
 	$(PY) tools/figures.py
 
+# The pytest workers share the cores, so each process (test, notebook
+# kernel, training process) computes with one OpenMP thread: threads that
+# outnumber the cores spin against each other, which made one ResNet
+# training cell of lesson 3 six times slower.
+TEST_ENV := OMP_NUM_THREADS=$(or $(OMP_NUM_THREADS),1)
+
 # Package tests, then every notebook under nbval, in one pytest run.
 test: $(STAMP) check-notebooks
-	$(PY) -m pytest tests notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
+	$(TEST_ENV) $(PY) -m pytest tests notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
 
 test-unit: $(STAMP)
-	$(PY) -m pytest tests $(PYTEST_FLAGS)
+	$(TEST_ENV) $(PY) -m pytest tests $(PYTEST_FLAGS)
 
 test-notebooks: $(STAMP)
-	$(PY) -m pytest notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
+	$(TEST_ENV) $(PY) -m pytest notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
 
 # Ratios against real peers and physical limits, measured in one run
 # (build/bench/results.md and .json; about 5 minutes on 2 cores).

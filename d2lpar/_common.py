@@ -339,6 +339,31 @@ def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs):
     return devices
 
 
+def run_concise(devices, batch_size, num_epochs, num_train, num_test, plot,
+                train):
+    """What both backends' `train_concise` share: call ``train(report)``,
+    which trains and calls ``report(epoch, test accuracy, seconds)`` after
+    each epoch, plot the accuracy as it comes, then print and return the
+    `TrainResult`."""
+    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
+                        ylim=[0, 1]) if plot else None
+    accs, seconds = [], []
+
+    def report(epoch, acc, sec):
+        accs.append(acc)
+        seconds.append(sec)
+        if animator:
+            animator.add(epoch + 1, (acc,))
+
+    train(report)
+    n = len(fashion_mnist_arrays(num_train, num_test)[1])
+    result = TrainResult(accs[-1], sum(seconds) / len(seconds),
+                         [str(d) for d in devices], num_epochs,
+                         n // batch_size * batch_size, accs)
+    print(result)
+    return result
+
+
 def learning_rate(step, lr, warmup_steps, total_steps):
     """The learning rate of step `step` (counted from 0) out of
     `total_steps`: a linear warm-up from ``lr / warmup_steps`` to `lr`

@@ -535,27 +535,15 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     `net` (on `devices`), and returns a `TrainResult`."""
     devices = _common.check_concise(batch_size, devices, num_train,
                                     num_epochs, warmup_epochs)
-    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
-                        ylim=[0, 1]) if plot else None
-    accs, seconds = [], []
 
-    def report(epoch, acc, sec):
-        accs.append(acc)
-        seconds.append(sec)
-        if animator:
-            animator.add(epoch + 1, (acc,))
+    def train(report):
+        net.collect_params().reset_ctx(devices)  # a copy on every device
+        net.hybridize()
+        fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
+            warmup_epochs, report)
 
-    net.collect_params().reset_ctx(devices)  # a copy on every device
-    net.hybridize()
-    fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
-        warmup_epochs, report)
-    num_train_used = len(_common.fashion_mnist_arrays(num_train,
-                                                      num_test)[1])
-    result = TrainResult(accs[-1], sum(seconds) / len(seconds),
-                         [str(d) for d in devices], num_epochs,
-                         num_train_used // batch_size * batch_size, accs)
-    print(result)
-    return result
+    return _common.run_concise(devices, batch_size, num_epochs, num_train,
+                               num_test, plot, train)
 
 
 # --------------------------------------------------------------------------

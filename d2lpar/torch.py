@@ -547,6 +547,9 @@ def _check_importable(net):
 
 
 def _run_processes(net, devices, settings, report, timeout=3600):
+    """Run `ddp_worker` in one spawned process per device, pass their
+    reports on as they come, and load the parameters rank 0 trained into
+    `net`. A failed process stops all of them, with its error."""
     _check_importable(net)
     net = net.cpu()
     queue = torch.multiprocessing.get_context('spawn').SimpleQueue()
@@ -581,6 +584,9 @@ def _run_processes(net, devices, settings, report, timeout=3600):
             if p.is_alive():
                 p.terminate()
             p.join()
+    if state is None:
+        raise RuntimeError('The training processes ended without sending '
+                           'back the trained parameters.')
     net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
 
 
@@ -597,31 +603,19 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     parameters in `net` (on ``devices[0]``), and returns a `TrainResult`."""
     devices = [torch.device(d) for d in _common.check_concise(
         batch_size, devices, num_train, num_epochs, warmup_epochs)]
-    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
-                        ylim=[0, 1]) if plot else None
-    accs, seconds = [], []
-
-    def report(epoch, acc, sec):
-        accs.append(acc)
-        seconds.append(sec)
-        if animator:
-            animator.add(epoch + 1, (acc,))
-
     settings = (batch_size, lr, num_epochs, num_train, num_test,
                 warmup_epochs)
-    if len(devices) == 1:
-        net.to(devices[0])
-        fit(net, net, devices[0], 0, 1, *settings, report=report)
-    else:
-        _run_processes(net, devices, settings, report)
-        net.to(devices[0])
-    num_train_used = len(_common.fashion_mnist_arrays(num_train,
-                                                      num_test)[1])
-    result = TrainResult(accs[-1], sum(seconds) / len(seconds),
-                         [str(d) for d in devices], num_epochs,
-                         num_train_used // batch_size * batch_size, accs)
-    print(result)
-    return result
+
+    def train(report):
+        if len(devices) == 1:
+            fit(net.to(devices[0]), net, devices[0], 0, 1, *settings,
+                report=report)
+        else:
+            _run_processes(net, devices, settings, report)
+            net.to(devices[0])
+
+    return _common.run_concise(devices, batch_size, num_epochs, num_train,
+                               num_test, plot, train)
 
 
 # --------------------------------------------------------------------------
