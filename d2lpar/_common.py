@@ -22,6 +22,17 @@ import numpy as np
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
           'plot_scaling', 'plot_timings', 'say_once']
+# The public names that d2lpar.torch and d2lpar.mxnet each define in their
+# own framework (tests/test_api.py checks that both define every one)
+BACKEND = [
+    'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
+    'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
+    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
+    'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
+    'synchronize', 'train', 'train_batch', 'train_concise',
+    'train_distributed', 'train_step_timeline', 'try_all_gpus',
+    'try_devices', 'try_gpu']
 
 # --------------------------------------------------------------------------
 # Messages that a lesson prints once per process

@@ -35,15 +35,7 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
 
 npx.set_np()
 
-__all__ = _common.SHARED + [
-    'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
-    'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
-    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
-    'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
-    'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
-    'synchronize', 'train', 'train_batch', 'train_concise',
-    'train_distributed', 'train_step_timeline', 'try_all_gpus',
-    'try_devices', 'try_gpu']
+__all__ = _common.SHARED + _common.BACKEND
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
