@@ -10,6 +10,7 @@ import functools
 import gzip
 import hashlib
 import math
+import numbers
 import os
 import struct
 import tempfile
@@ -333,7 +334,10 @@ def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs):
     """The devices as a list, or a ValueError that says what to change."""
     devices = check_devices(devices)
     k = len(devices)
-    if not isinstance(batch_size, int) or batch_size < k or batch_size % k:
+    if not isinstance(batch_size, numbers.Integral):
+        raise ValueError(f'batch_size must be an integer, got '
+                         f'{batch_size!r}.')
+    if batch_size < k or batch_size % k:
         raise ValueError(f'batch_size {batch_size!r} cannot be cut into {k} '
                          f'equal shards, one per device: pass a multiple of '
                          f'{k} (e.g. {k * 64}).')
@@ -341,8 +345,8 @@ def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs):
         raise ValueError(f'num_train={num_train} examples make no batch of '
                          f'{batch_size}: use more examples or a smaller '
                          f'batch.')
-    if not isinstance(num_epochs, int) or num_epochs < 1:
-        raise ValueError(f'num_epochs must be an int >= 1, got '
+    if not isinstance(num_epochs, numbers.Integral) or num_epochs < 1:
+        raise ValueError(f'num_epochs must be an integer >= 1, got '
                          f'{num_epochs!r}.')
     if not 0 <= warmup_epochs <= num_epochs:
         raise ValueError(f'warmup_epochs must lie between 0 and num_epochs '
@@ -356,6 +360,9 @@ def run_concise(devices, batch_size, num_epochs, num_train, num_test, plot,
     which trains and calls ``report(epoch, test accuracy, seconds)`` after
     each epoch, plot the accuracy as it comes, then print and return the
     `TrainResult`."""
+    # Load the data here first: its notice comes before the training, and
+    # the processes of a multi-device run find it in the cache
+    n = len(fashion_mnist_arrays(num_train, num_test)[1])
     animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
                         ylim=[0, 1]) if plot else None
     accs, seconds = [], []
@@ -367,7 +374,6 @@ def run_concise(devices, batch_size, num_epochs, num_train, num_test, plot,
             animator.add(epoch + 1, (acc,))
 
     train(report)
-    n = len(fashion_mnist_arrays(num_train, num_test)[1])
     result = TrainResult(accs[-1], sum(seconds) / len(seconds),
                          [str(d) for d in devices], num_epochs,
                          n // batch_size * batch_size, accs)

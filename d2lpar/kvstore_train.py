@@ -120,9 +120,12 @@ def main(argv=None):
     net = lenet(args.seed, ctx)
     net.hybridize()
     # The optimizer runs on the server, so the learning rate follows a
-    # schedule given to it: a cosine decay to 0 by the last step
+    # schedule given to it: the cosine decay of ddp_train. MXNet counts
+    # updates from 1; one warm-up step at args.lr shifts the cosine by one
+    # step, so that update n gets learning_rate(n - 1, ...)
     total_steps = len(y_train) // B * args.epochs
-    schedule = mx.lr_scheduler.CosineScheduler(total_steps, args.lr)
+    schedule = mx.lr_scheduler.CosineScheduler(
+        total_steps + 1, args.lr, warmup_steps=1, warmup_begin_lr=args.lr)
     trainer = gluon.Trainer(net.collect_params(), 'sgd',
                             {'learning_rate': args.lr,
                              'lr_scheduler': schedule}, kvstore=kv)

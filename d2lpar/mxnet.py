@@ -524,7 +524,9 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     device; the learning rate warms up linearly from ``lr /
     warmup_steps`` over `warmup_epochs` epochs, then decays to 0 (cosine).
     Plots the test accuracy per epoch, leaves the trained parameters in
-    `net` (on `devices`), and returns a `TrainResult`."""
+    `net` (the same on all `devices`; batch normalization's running
+    statistics differ between devices, so evaluate on ``devices[0]``, as
+    the reported accuracies are), and returns a `TrainResult`."""
     devices = _common.check_concise(batch_size, devices, num_train,
                                     num_epochs, warmup_epochs)
 

@@ -5,6 +5,7 @@ Everything runs on a CPU-only machine: where a lesson asks for more GPUs
 than there are, `try_devices` hands out CPU stand-ins and says so once.
 """
 import contextlib
+import copy
 import io
 import os
 import time
@@ -493,9 +494,10 @@ def fit(model, net, device, rank, world_size, batch_size, lr, num_epochs,
 
 
 def ddp_worker(rank, world_size, port, net, devices, settings, queue):
-    """Process `rank` of a `train_concise` run on several devices: join
-    the process group, wrap `net` in DistributedDataParallel, train with
-    `fit`, and send the reports (and, from rank 0, the trained
+    """Process `rank` of a `train_concise` run on several devices: take a
+    copy of `net` of its own, join the process group (NCCL when every
+    device is a GPU, else Gloo), wrap the copy in DistributedDataParallel,
+    train with `fit`, and send the reports (and, from rank 0, the trained
     parameters) to the parent through `queue`."""
     device = devices[rank]
     cuda = device.type == 'cuda'
@@ -503,15 +505,18 @@ def ddp_worker(rank, world_size, port, net, devices, settings, queue):
         torch.cuda.set_device(device)
     else:  # the processes share the CPU cores
         torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
-    dist.init_process_group('nccl' if cuda else 'gloo',
-                            init_method=f'tcp://127.0.0.1:{port}',
+    # `net` arrives in memory shared with the other processes: without a
+    # copy of its own, each would update the same parameters on a CPU
+    net = copy.deepcopy(net).to(device)
+    backend = 'nccl' if all(d.type == 'cuda' for d in devices) else 'gloo'
+    dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{port}',
                             rank=rank, world_size=world_size)
     try:
         # DDP copies rank 0's parameters and buffers to every process, and
         # by default copies the buffers (the running statistics of batch
         # norm) again before every forward pass
         model = DistributedDataParallel(
-            net.to(device), device_ids=[device] if cuda else None)
+            net, device_ids=[device] if cuda else None)
         fit(model, net, device, rank, world_size, *settings,
             report=lambda *r: queue.put(('epoch', *r)))
         if rank == 0:
@@ -541,7 +546,8 @@ def _check_importable(net):
 def _run_processes(net, devices, settings, report, timeout=3600):
     """Run `ddp_worker` in one spawned process per device, pass their
     reports on as they come, and load the parameters rank 0 trained into
-    `net`. A failed process stops all of them, with its error."""
+    `net`. A failed process stops all of them, with its error; so does a
+    run in which no epoch ends for `timeout` seconds."""
     _check_importable(net)
     net = net.cpu()
     queue = torch.multiprocessing.get_context('spawn').SimpleQueue()
@@ -564,18 +570,23 @@ def _run_processes(net, devices, settings, report, timeout=3600):
                 kind, *payload = queue.get()
                 if kind == 'epoch':
                     report(*payload)
+                    deadline = time.monotonic() + timeout
                 else:
                     state = payload[0]
             if not done and time.monotonic() > deadline:
-                raise RuntimeError(f'train_concise ran for more than '
-                                   f'{timeout} s and was stopped: are the '
-                                   f'processes stuck? Try fewer examples or '
-                                   f'epochs.')
+                raise RuntimeError(f'No epoch of train_concise ended within '
+                                   f'{timeout} s, so it stopped the '
+                                   f'processes: are they stuck? Try fewer '
+                                   f'examples or a thinner network.')
     finally:
         for p in procs.processes:
             if p.is_alive():
                 p.terminate()
-            p.join()
+        for p in procs.processes:  # SIGKILL what SIGTERM did not end
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join()
     if state is None:
         raise RuntimeError('The training processes ended without sending '
                            'back the trained parameters.')
@@ -592,7 +603,11 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     one shard per device; the learning rate warms up linearly from
     ``lr / warmup_steps`` over `warmup_epochs` epochs, then decays to 0
     (cosine). Plots the test accuracy per epoch, leaves the trained
-    parameters in `net` (on ``devices[0]``), and returns a `TrainResult`."""
+    parameters in `net` (on ``devices[0]``, in evaluation mode), and
+    returns a `TrainResult`. A process that fails stops the run with a
+    RuntimeError that shows its error. The processes are spawned, so a
+    script that calls this on several devices must do so under
+    ``if __name__ == '__main__':``."""
     devices = [torch.device(d) for d in _common.check_concise(
         batch_size, devices, num_train, num_epochs, warmup_epochs)]
     settings = (batch_size, lr, num_epochs, num_train, num_test,
@@ -604,7 +619,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
                 report=report)
         else:
             _run_processes(net, devices, settings, report)
-            net.to(devices[0])
+            net.to(devices[0]).eval()  # as `fit` leaves it on one device
 
     return _common.run_concise(devices, batch_size, num_epochs, num_train,
                                num_test, plot, train)

@@ -80,6 +80,7 @@ def test_shards_make_up_the_global_batch(common, k):
     (dict(batch_size=1), 'multiple of 2'),
     (dict(num_train=100), 'make no batch of 128'),
     (dict(num_epochs=0), 'num_epochs'),
+    (dict(batch_size=128.0), 'batch_size must be an integer'),
     (dict(warmup_epochs=3), 'warmup_epochs'),
 ])
 def test_bad_arguments_are_refused_before_training(backend, kwargs,
@@ -98,7 +99,10 @@ def test_train_concise_trains_net_in_place(backend, k):
     net = backend.resnet18(width=4)
     before = _trainable(backend, net)
     devices = backend.try_devices(k)
-    result = backend.train_concise(net, devices, 64 * k, 0.1 * k,
+    # The same global batch on 1 and 2 devices: 16 steps an epoch, enough
+    # for batch norm's running averages (momentum 0.1) to settle before
+    # the first evaluation; 8 steps are not
+    result = backend.train_concise(net, devices, 64, 0.1,
                                    warmup_epochs=0.5, **SMALL)
     assert result.devices == [str(d) for d in devices]
     assert result.num_epochs == 3 and len(result.test_accs) == 3
@@ -106,18 +110,52 @@ def test_train_concise_trains_net_in_place(backend, k):
     assert result.test_acc > 0.2  # ten classes: it learned something
     after = _trainable(backend, net)
     assert any(not np.allclose(a, b) for a, b in zip(after, before))
-    # The trained parameters are in `net`: evaluating it gives the
-    # accuracy the run reported
+    # The trained parameters are in `net`, ready to evaluate (PyTorch:
+    # in evaluation mode): it gives the accuracy the run reported
     _, test_iter = backend.load_data_fashion_mnist(256, 1024, 256)
     if backend.name == 'torch':
-        net.eval()
+        assert not net.training
     acc = backend.evaluate_accuracy(net, test_iter, devices[0])
     assert acc == pytest.approx(result.test_acc)
 
 
+def _linear_net(backend):
+    """A network with no batch normalization (whose per-device statistics
+    would make k devices differ from one), drawn from a fixed seed."""
+    backend.seed(1)
+    if backend.name == 'torch':
+        from torch import nn
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+    from mxnet import init
+    from mxnet.gluon import nn
+    net = nn.HybridSequential()
+    net.add(nn.Dense(10, in_units=784))
+    net.initialize(init.Normal(0.01), ctx=backend.cpu())
+    return net
+
+
+def test_one_step_on_two_devices_equals_one_step_on_one(backend):
+    """The same global batch gives the same update on 1 and 2 devices: each
+    process applies the averaged gradient once, to its own copy (on CPU
+    stand-ins too, where the processes could otherwise share memory)."""
+    one_step = dict(num_train=128, num_test=256, num_epochs=1, plot=False)
+    before = _trainable(backend, _linear_net(backend))
+    after = {}
+    for k in (1, 2):
+        net = _linear_net(backend)
+        backend.train_concise(net, backend.try_devices(k), 128, 0.5,
+                              **one_step)
+        after[k] = _trainable(backend, net)
+    moved = max(float(np.abs(a - b).max())
+                for a, b in zip(after[1], before))
+    assert moved > 1e-3  # the step did something
+    for a, b in zip(after[2], after[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_a_failing_process_stops_the_run(backend):
-    """A network that cannot take the images fails in the workers; the
-    error comes back, and no process is left."""
+    """A network that cannot take the images fails (PyTorch: in the
+    worker processes); the error comes back, and no process is left."""
     if backend.name == 'torch':
         from torch import nn
         net = nn.Sequential(nn.Flatten(), nn.Linear(10, 10))
@@ -127,13 +165,15 @@ def test_a_failing_process_stops_the_run(backend):
         net = nn.HybridSequential()
         net.add(nn.Dense(10, in_units=10, flatten=True))
         net.initialize()
-        expected = Exception  # MXNet's own shape error, in this process
+        from mxnet.base import MXNetError as expected  # in this process
     with pytest.raises(expected) as info:
         backend.train_concise(net, backend.try_devices(2), 64, 0.1,
                               **SMALL)
     if backend.name == 'torch':
         assert 'A training process failed' in str(info.value)
         assert 'shapes cannot be multiplied' in str(info.value)
+    else:
+        assert 'Shape inconsistent' in str(info.value)
     assert _training_processes() == []
 
 

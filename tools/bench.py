@@ -369,8 +369,10 @@ CONCISE = dict(width=8, batch_size=64, lr=0.1, num_train=1024, num_test=512,
 def concise_runs(d2l, d2l_book, framework, cfg):
     """d2lpar's concise `train_concise` against the d2l package's
     `train_ch13`, on one device, with the same ResNet-18, data, batch and
-    optimizer (plain SGD): end-to-end examples/s (training plus the test
-    evaluation each epoch, by the wall clock), interleaved."""
+    update (plain SGD; `train_ch13` backpropagates the sum of the losses
+    in PyTorch, so its rate is divided by the batch size), neither drawing
+    charts: end-to-end examples/s (training plus the test evaluation each
+    epoch, by the wall clock), interleaved."""
     c = CONCISE
     examples = c['num_train'] // c['batch_size'] * c['batch_size'] \
         * c['num_epochs']
@@ -382,6 +384,15 @@ def concise_runs(d2l, d2l_book, framework, cfg):
                               c['num_train'], c['num_test'], plot=False)
         return r.examples_per_sec, r.test_acc
 
+    class NoChart:  # train_ch13 draws with d2l's Animator; ours does not
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def add(self, *args):
+            pass
+
+    d2l_book.Animator = NoChart
+
     def book():
         train_iter, test_iter = d2l.load_data_fashion_mnist(
             c['batch_size'], c['num_train'], c['num_test'])
@@ -389,8 +400,9 @@ def concise_runs(d2l, d2l_book, framework, cfg):
         if framework == 'torch':
             import torch
             from torch import nn
-            trainer = torch.optim.SGD(net.parameters(), lr=c['lr'])
-            loss = nn.CrossEntropyLoss(reduction='none')
+            trainer = torch.optim.SGD(net.parameters(),
+                                      lr=c['lr'] / c['batch_size'])
+            loss = nn.CrossEntropyLoss(reduction='none')  # it sums them
             d2l_book.train_ch13(net, train_iter, test_iter, loss, trainer,
                                 c['num_epochs'], device)
             net.eval()
