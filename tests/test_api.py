@@ -25,11 +25,14 @@ def test_importing_d2lpar_imports_no_framework():
     assert out.strip() == '[]'
 
 
-def test_backends_export_the_same_names():
-    torch_names = get_backend('torch').module.__all__
-    mxnet_names = get_backend('mxnet').module.__all__
-    assert set(torch_names) == set(mxnet_names)
-    assert len(torch_names) == len(set(torch_names))  # no duplicates
+def test_one_list_of_names_without_duplicates():
+    """Both backends export _common.SHARED + _common.BACKEND (so the same
+    names; test_every_exported_name_exists checks each defines them all),
+    and no name is listed twice."""
+    names = _common.SHARED + _common.BACKEND
+    for backend in ('torch', 'mxnet'):
+        assert get_backend(backend).module.__all__ == names
+    assert len(names) == len(set(names))
 
 
 def test_every_exported_name_exists(backend):
