@@ -117,6 +117,8 @@ def check_allreduce(data, memory_of=id):
     if len(set(dtypes)) > 1:
         raise TypeError(f'allreduce needs arrays of one dtype, got '
                         f'{dtypes}. Cast them to the same dtype first.')
+    if len(data) == 1:
+        return  # one array shares memory with no other
     seen = {}
     for i, x in enumerate(data):
         key = memory_of(x)

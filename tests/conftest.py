@@ -71,6 +71,13 @@ class Backend:
             return self._fw.tensor(a, device=device)
         return self._fw.np.array(a, ctx=device, dtype=a.dtype)
 
+    def full(self, n, value, device):
+        """A float32 vector of `n` copies of `value` on `device`, made by an
+        operation of the framework (in MXNet: queued, not yet run)."""
+        if self.name == 'torch':
+            return self._fw.full((n,), value, device=device)
+        return self._fw.np.full(n, value, ctx=device, dtype='float32')
+
     def numpy(self, x):
         """A NumPy copy of framework array `x` (waits for it)."""
         if self.name == 'torch':
