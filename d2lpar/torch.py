@@ -8,6 +8,8 @@ import contextlib
 import copy
 import io
 import os
+import pickle
+import tempfile
 import time
 
 # Keep the profiler's own log lines out of the lessons (set before torch).
@@ -543,6 +545,41 @@ def _check_importable(net):
                 f'or build the network from torch.nn layers.')
 
 
+class _Mailbox:
+    """What `ddp_worker` calls `queue`: ``put(message)`` sends a message
+    from a training process to the parent, which ``take()``s them in the
+    order they were put (only rank 0 sends).
+
+    Each message is pickled into a file of its own, written under a
+    temporary name and renamed into place. A pipe would do in a happy
+    run, but a process killed half-way through writing the trained
+    parameters into one would leave the parent waiting for the rest of a
+    message that never comes; a half-written file is simply never
+    renamed, and the parent sees the process end and says so."""
+
+    def __init__(self, folder):
+        self.folder, self.sent, self.received = folder, 0, 0
+
+    def put(self, message):
+        path = os.path.join(self.folder, f'{self.sent:08d}.msg')
+        with open(path + '.part', 'wb') as f:
+            pickle.dump(message, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(path + '.part', path)
+        self.sent += 1
+
+    def take(self):
+        """The messages that arrived since the last call, oldest first."""
+        messages = []
+        while True:
+            path = os.path.join(self.folder, f'{self.received:08d}.msg')
+            if not os.path.exists(path):
+                return messages
+            with open(path, 'rb') as f:
+                messages.append(pickle.load(f))
+            os.remove(path)
+            self.received += 1
+
+
 def _run_processes(net, devices, settings, report, timeout=3600):
     """Run `ddp_worker` in one spawned process per device, pass their
     reports on as they come, and load the parameters rank 0 trained into
@@ -550,12 +587,24 @@ def _run_processes(net, devices, settings, report, timeout=3600):
     run in which no epoch ends for `timeout` seconds."""
     _check_importable(net)
     net = net.cpu()
-    queue = torch.multiprocessing.get_context('spawn').SimpleQueue()
-    procs = torch.multiprocessing.start_processes(
-        _quiet_worker, nprocs=len(devices), join=False,
-        start_method='spawn',
-        args=(len(devices), _distributed.free_port(), net, devices,
-              settings, queue))
+    with tempfile.TemporaryDirectory(prefix='d2lpar-') as folder:
+        mailbox = _Mailbox(folder)
+        procs = torch.multiprocessing.start_processes(
+            _quiet_worker, nprocs=len(devices), join=False,
+            start_method='spawn',
+            args=(len(devices), _distributed.free_port(), net, devices,
+                  settings, mailbox))
+        state = _watch_processes(procs, mailbox, report, timeout)
+    if state is None:
+        raise RuntimeError('The training processes ended without sending '
+                           'back the trained parameters.')
+    net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+
+
+def _watch_processes(procs, mailbox, report, timeout):
+    """Pass the reports of `procs` on until all have ended, and return the
+    trained state; stop every process on a failure or a stall, and in any
+    case leave none running."""
     deadline, state = time.monotonic() + timeout, None
     try:
         done = False
@@ -566,8 +615,7 @@ def _run_processes(net, devices, settings, report, timeout=3600):
                 raise RuntimeError(f'A training process failed, so '
                                    f'train_concise stopped all of them:\n'
                                    f'{e}') from None
-            while not queue.empty():
-                kind, *payload = queue.get()
+            for kind, *payload in mailbox.take():
                 if kind == 'epoch':
                     report(*payload)
                     deadline = time.monotonic() + timeout
@@ -587,10 +635,7 @@ def _run_processes(net, devices, settings, report, timeout=3600):
             if p.is_alive():
                 p.kill()
                 p.join()
-    if state is None:
-        raise RuntimeError('The training processes ended without sending '
-                           'back the trained parameters.')
-    net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    return state
 
 
 def train_concise(net, devices, batch_size, lr, num_epochs=10,

@@ -184,6 +184,29 @@ def _training_processes():
             if 'spawn_main' in ' '.join(p.cmdline())]
 
 
+def test_a_message_cut_short_is_never_read(tmp_path):
+    """PyTorch only: the training processes send their reports and the
+    trained parameters in files. A process killed while writing one leaves
+    a half-written file that the parent neither reads nor waits for (it
+    then sees the process end); whole messages arrive in order."""
+    import pickle
+
+    from d2lpar.torch import _Mailbox
+    worker, parent = _Mailbox(str(tmp_path)), _Mailbox(str(tmp_path))
+    worker.put(('epoch', 0, 0.5, 1.0))
+    worker.put(('epoch', 1, 0.75, 1.0))
+    state = pickle.dumps(('state', {'w': np.ones(1000)}))
+    (tmp_path / '00000002.msg.part').write_bytes(state[:len(state) // 2])
+    assert parent.take() == [('epoch', 0, 0.5, 1.0), ('epoch', 1, 0.75, 1.0)]
+    assert parent.take() == []
+    worker.sent = 2  # had the process lived, its message would follow
+    worker.put(('state', {'w': np.ones(3)}))
+    (kind, got), = parent.take()
+    assert kind == 'state'
+    np.testing.assert_array_equal(got['w'], np.ones(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_layers_defined_in_a_notebook_are_refused():
     """PyTorch only: MXNet trains in this process, where any class works."""
     from torch import nn
