@@ -482,6 +482,20 @@ def training_arguments(description, who):
     return p
 
 
+def shards_of_epoch(args, num_examples, rank, world, epoch, step):
+    """For the training scripts: this rank's shard of every global batch of
+    `epoch`, as ``(step, indices)`` with the step counted on from `step`.
+    With ``--crash-at-step`` the process ``--crash-rank`` fails at that
+    step (how the tests check that a crash ends the run cleanly)."""
+    for idx in epoch_shards(num_examples, args.batch_size, rank, world,
+                            seed=(args.seed, epoch)):
+        step += 1
+        if step == args.crash_at_step and rank == args.crash_rank:
+            raise RuntimeError(f'rank {rank} crashes at step {step}, as '
+                               f'asked by --crash-at-step')
+        yield step, idx
+
+
 def write_json(path, data):
     """Write `data` as JSON atomically: a reader never sees half a file."""
     import json

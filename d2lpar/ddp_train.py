@@ -154,12 +154,8 @@ def main(argv=None):
     dist.barrier()  # start the clocks together
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        for idx in _common.epoch_shards(len(y_train), B, rank, world,
-                                        seed=(args.seed, epoch)):
-            step += 1
-            if step == args.crash_at_step and rank == args.crash_rank:
-                raise RuntimeError(f'rank {rank} crashes at step {step}, as '
-                                   f'asked by --crash-at-step')
+        for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
+                                                 world, epoch, step):
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = time.perf_counter()

@@ -137,12 +137,8 @@ def main(argv=None):
         kv._barrier()  # start the clocks together (MXNet 1.x name)
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        for idx in _common.epoch_shards(len(y_train), B, rank, world,
-                                        seed=(args.seed, epoch)):
-            step += 1
-            if step == args.crash_at_step and rank == args.crash_rank:
-                raise RuntimeError(f'worker rank {rank} crashes at step '
-                                   f'{step}, as asked by --crash-at-step')
+        for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
+                                                 world, epoch, step):
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
             t0 = time.perf_counter()
