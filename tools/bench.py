@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_DIR = os.path.join(ROOT, 'build', 'bench')
@@ -391,7 +392,6 @@ def concise_runs(d2l, d2l_book, framework, cfg):
         def add(self, *args):
             pass
 
-    d2l_book.Animator = NoChart
 
     def book():
         train_iter, test_iter = d2l.load_data_fashion_mnist(
@@ -426,8 +426,9 @@ def concise_runs(d2l, d2l_book, framework, cfg):
         return run
 
     ours()  # warm up (data cache, first-call costs)
-    return interleaved({'train_concise': wall(ours),
-                        'train_ch13': wall(book)}, cfg['reps'])
+    with mock.patch.object(d2l_book, 'Animator', NoChart):
+        return interleaved({'train_concise': wall(ours),
+                            'train_ch13': wall(book)}, cfg['reps'])
 
 
 def train_runs(d2l, d2l_book, wait, cfg, extra=None):
