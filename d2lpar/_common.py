@@ -28,7 +28,7 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
 BACKEND = [
     'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
     'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
-    'get_params', 'gpu', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
+    'forward_backward', 'get_params', 'gpu', 'launch', 'lenet', 'lenet_params', 'load_data_fashion_mnist',
     'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
     'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',
@@ -48,15 +48,18 @@ def say_once(message):
         print(message)
 
 
-def fallback_notice(num_wanted, num_found, stand_ins):
-    """Say in plain words what `try_devices` fell back to."""
-    if num_wanted == 1:
-        return 'No GPU found: using the CPU.'
+def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
+    """Say in plain words what `try_devices` fell back to: CPU stand-ins
+    with `threads_each` CPU threads each, half of the CPU's."""
     found = 'No GPU' if num_found == 0 else f'Only {num_found} GPU(s)'
-    return (f'{found} found, {num_wanted} devices requested: using '
-            f'{num_wanted} CPU stand-ins ({stand_ins}). They share this '
-            f"machine's CPU cores, so results are correct but there is no "
-            f'speedup to see.')
+    what = ('1 CPU stand-in' if num_wanted == 1
+            else f'{num_wanted} CPU stand-ins')
+    share = ('two of them split the CPU in two' if num_wanted <= 2 else
+             f'{num_wanted} of them share cores meant for two')
+    return (f'{found} found, {num_wanted} '
+            f'device{"s" if num_wanted > 1 else ""} requested: using '
+            f'{what} ({stand_ins}), each computing with {threads_each} '
+            f'CPU thread(s) of its own ({share}).')
 
 
 # --------------------------------------------------------------------------

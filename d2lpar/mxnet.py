@@ -14,9 +14,15 @@ import tempfile
 import threading
 import time
 
+from d2lpar import standins as _standins
+
 # All CPU contexts share a pool of temporary workspaces, 4 by default,
 # which can serialise stand-in devices. It must be set before MXNet loads.
 os.environ.setdefault('MXNET_CPU_TEMP_COPY', '16')
+# Every CPU stand-in computes with half of the CPU's threads (see
+# d2lpar.standins)
+STAND_IN_THREADS = _standins.threads_per_stand_in(
+    int(os.environ.get('OMP_NUM_THREADS') or len(os.sched_getaffinity(0))))
 
 from d2l import mxnet as _d2l  # noqa: E402
 import mxnet as mx  # noqa: E402
@@ -85,9 +91,25 @@ def try_devices(num_devices):
                          f'{num_devices!r}.')
     if num_gpus() >= num_devices:
         return [gpu(i) for i in range(num_devices)]
-    names = ', '.join(f'cpu({i})' for i in range(num_devices))
-    say_once(_common.fallback_notice(num_devices, num_gpus(), names))
+    say_once(_common.fallback_notice(
+        num_devices, num_gpus(), STAND_IN_THREADS,
+        ', '.join(f'cpu({i})' for i in range(num_devices))))
     return [npx.cpu(i) for i in range(num_devices)]
+
+
+def launch(device, fn, *args, queue='compute'):
+    """Queue ``fn(*args)`` on `device` and return a Future of its result;
+    Futures among `args` (also in lists) are waited for first.
+
+    MXNet's engine already queues every operator and returns at once, on
+    the CPU too, and runs each context's operators on threads of its own:
+    so `fn` is simply called now, inside `device`'s context, and the
+    Future is done at once (its arrays may still be computing).
+    `synchronize` waits for them. The same call in ``d2lpar.torch``
+    hands the work to a CPU stand-in's own worker thread."""
+    _standins.check_queue(queue)
+    with device:
+        return _standins.done(fn(*_standins.resolve(args)))
 
 
 def synchronize(devices=None):
@@ -106,6 +128,15 @@ class Benchmark(_common.Benchmark):
 
 def _kind(name):
     return 'copy' if 'copy' in name.lower() else 'compute'
+
+
+def _flat_arrays(values):
+    """The arrays in `values`, a list that may hold lists of them."""
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            yield from _flat_arrays(v)
+        else:
+            yield v
 
 
 class Timeline(_common.Timeline):
@@ -141,7 +172,7 @@ class Timeline(_common.Timeline):
         if self._profiler:
             return arrays
         pushed = time.perf_counter() - self._t0
-        for a in arrays if isinstance(arrays, (list, tuple)) else [arrays]:
+        for a in _flat_arrays(_standins.resolve([arrays])):
             row = str(a.ctx)
             if row not in self._queues:
                 self._queues[row] = queue.Queue()
@@ -330,18 +361,26 @@ def split_batch(X, y, devices):
             gluon.utils.split_and_load(y, devices, even_split=False))
 
 
+def forward_backward(X, y, params):
+    """The loss of the shard `X`, `y` on the device of `params`, and its
+    gradient, left in each parameter's ``.grad``."""
+    with autograd.record():
+        l = loss(lenet(X, params), y)
+    l.backward()
+
+
 def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
     """One step of data-parallel minibatch SGD: split the batch, compute
     loss and gradient on every device, sum the gradients with `reduce`,
     and update every copy of the parameters."""
     check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
-    with autograd.record():  # Each device computes the loss on its shard
-        ls = [loss(lenet(X_shard, params), y_shard)
-              for X_shard, y_shard, params in zip(
-                  X_shards, y_shards, device_params)]
-    for l in ls:  # ...and backpropagates it, independently of the others
-        l.backward()
+    # Every device computes the loss and gradient of its own shard. The
+    # engine queues the work of each device and returns at once, so the
+    # devices compute at the same time
+    for X_shard, y_shard, params, device in zip(
+            X_shards, y_shards, device_params, devices):
+        launch(device, forward_backward, X_shard, y_shard, params)
     # Sum each gradient over all devices and give every device the sum
     for i in range(len(device_params[0])):
         reduce([params[i].grad for params in device_params])
@@ -402,21 +441,18 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
 
 
 def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
-    """Run one `train_batch` step and return its `Timeline`, with the
-    results of each stage (split, forward, backward, allreduce, update)
-    watched on the device that computes them."""
+    """Run one step of `train_batch`, the same computation in the same
+    order, and return its `Timeline`, with the results of each stage
+    (split, forward and backward, allreduce, update) watched on the device
+    that computes them."""
     check_replicas(device_params, devices)
     with Timeline() as timeline:
         X_shards, y_shards = split_batch(X, y, devices)
         timeline.watch(X_shards, 'split', 'copy')
-        with autograd.record():
-            ls = [timeline.watch(loss(lenet(X_shard, params), y_shard),
-                                 'forward')
-                  for X_shard, y_shard, params in zip(
-                      X_shards, y_shards, device_params)]
-        for l, params in zip(ls, device_params):
-            l.backward()
-            timeline.watch([p.grad for p in params], 'backward')
+        for X_shard, y_shard, params, device in zip(
+                X_shards, y_shards, device_params, devices):
+            launch(device, forward_backward, X_shard, y_shard, params)
+            timeline.watch([p.grad for p in params], 'forward_backward')
         for i in range(len(device_params[0])):
             reduce([params[i].grad for params in device_params])
         for params in device_params:

@@ -29,6 +29,7 @@ from torch.profiler import (  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
+from d2lpar import standins as _standins  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
@@ -79,25 +80,71 @@ def try_all_gpus():
 
 def try_devices(num_devices):
     """`num_devices` devices for a lesson: the first GPUs when there are
-    enough, else `num_devices` CPU stand-ins (here all the CPU device:
-    PyTorch has one CPU device), saying once what it fell back to."""
+    enough, else `num_devices` CPU stand-ins ``cpu:0``, ``cpu:1``, ...,
+    saying once what it fell back to. Each stand-in computes on its own
+    worker thread with half of the CPU's threads (`launch`)."""
     if not isinstance(num_devices, int) or num_devices < 1:
         raise ValueError(f'num_devices must be an int >= 1, got '
                          f'{num_devices!r}.')
     if num_gpus() >= num_devices:
         return [gpu(i) for i in range(num_devices)]
-    say_once(_common.fallback_notice(num_devices, num_gpus(),
-                                     f"{num_devices} x device('cpu')"))
-    return [cpu()] * num_devices
+    say_once(_common.fallback_notice(
+        num_devices, num_gpus(), _STAND_INS.num_threads,
+        ', '.join(f'cpu:{i}' for i in range(num_devices))))
+    return [torch.device('cpu', i) for i in range(num_devices)]
+
+
+# The worker threads of the CPU stand-ins: each computes with half of the
+# threads PyTorch was given (torch.set_num_threads in a thread sets that
+# thread's own count)
+_STAND_INS = _standins.StandIns(
+    torch.set_num_threads,
+    _standins.threads_per_stand_in(torch.get_num_threads()))
+_copy_streams = {}
+
+
+def launch(device, fn, *args, queue='compute'):
+    """Queue ``fn(*args)`` on `device` and return a Future of its result;
+    Futures among `args` (also in lists) are waited for first.
+
+    On a GPU, `fn` is called at once: its kernels are queued on the GPU's
+    current stream ('compute'), or on a side stream that first waits for
+    all the work queued before it ('copy'), and return before they run. A
+    CPU stand-in hands `fn` to its worker thread for that queue, which
+    computes with its own share of the cores. PyTorch computes CPU
+    operators in the thread that calls them, so without a worker of its
+    own a stand-in could never compute beside another. On the whole CPU
+    (``cpu()``), `fn` runs at once and the Future is already done.
+    `synchronize` waits for all of it."""
+    device = torch.device(device)
+    _standins.check_queue(queue)
+    if device.type == 'cpu' and device.index is not None:
+        return _STAND_INS.submit(device.index, queue, fn, args, str(device)
+                                 + (' copy' if queue == 'copy' else ''))
+    if device.type == 'cuda' and queue == 'copy':
+        if device not in _copy_streams:
+            _copy_streams[device] = torch.cuda.Stream(device)
+        stream = _copy_streams[device]
+        # Ordered after everything queued so far on the compute stream
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            return _standins.done(fn(*_standins.resolve(args)))
+    return _standins.done(fn(*_standins.resolve(args)))
 
 
 def synchronize(devices=None):
-    """Wait until `devices` (default: all GPUs) finish their queued work.
+    """Wait until `devices` (default: all GPUs and CPU stand-ins) finish
+    their queued work, and raise here the first error of that work.
 
-    CUDA kernels run asynchronously; CPU operators in PyTorch return when
-    they are done, so there is nothing to wait for on the CPU."""
-    for d in try_all_gpus() if devices is None else check_devices(devices):
-        d = torch.device(d)
+    CUDA kernels run asynchronously: ``torch.cuda.synchronize``. A CPU
+    stand-in's work runs on its worker threads: wait for them. On the whole
+    CPU (``cpu()``) PyTorch returns from an operator when it is done, so
+    there is nothing to wait for."""
+    devices = None if devices is None else [
+        torch.device(d) for d in check_devices(devices)]
+    _STAND_INS.wait(None if devices is None else [
+        d.index for d in devices if d.type == 'cpu' and d.index is not None])
+    for d in try_all_gpus() if devices is None else devices:
         if d.type == 'cuda':
             torch.cuda.synchronize(d)
 
@@ -132,15 +179,26 @@ class Timeline(_common.Timeline):
         synchronize()  # leave earlier work out of the picture
         with _common.quiet_stderr():
             self._prof.__enter__()
+        # The profiler sees only this thread: the stand-ins' workers note
+        # their work themselves, on the clock of the marker below
+        _standins.recorder.start()
+        with record_function('d2lpar: clock'):
+            self._clock = time.perf_counter()
         return self
 
     def __exit__(self, *exc_info):
-        synchronize()
-        with _common.quiet_stderr():
-            self._prof.__exit__(*exc_info)
-            raw = list(self._prof.events())
-        threads, spans = {}, []
+        try:
+            synchronize()
+        finally:
+            workers = _standins.recorder.stop()
+            with _common.quiet_stderr():
+                self._prof.__exit__(*exc_info)
+                raw = list(self._prof.events())
+        threads, spans, offset = {}, [], 0
         for e in raw:
+            if e.name == 'd2lpar: clock':
+                offset = e.time_range.start - 1e6 * self._clock
+                continue
             if e.device_type == DeviceType.CPU:
                 if e.cpu_parent is not None:
                     continue  # only top-level operators
@@ -149,12 +207,16 @@ class Timeline(_common.Timeline):
             else:
                 row = f'cuda:{e.device_index}'
             spans.append((e.name, row, e.time_range.start, e.time_range.end))
-        if len(threads) == 1:  # name the one thread just 'CPU'
-            spans = [(n, 'CPU' if r.startswith('CPU') else r, a, b)
+        if len(threads) == 1:  # name the one thread by what it is
+            one = 'main thread' if workers else 'CPU'
+            spans = [(n, one if r.startswith('CPU') else r, a, b)
                      for n, r, a, b in spans]
+        spans += [(n, r, 1e6 * a + offset, 1e6 * b + offset)
+                  for n, r, a, b, _ in workers]
+        kinds = {(n, r): k for n, r, _, _, k in workers}
         t0 = min((s[2] for s in spans), default=0)
         self.events = [_common.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
-                                     _kind(n))
+                                     kinds.get((n, r), _kind(n)))
                        for n, r, a, b in sorted(spans, key=lambda s: s[2])]
         return False
 
@@ -302,18 +364,26 @@ def split_batch(X, y, devices):
              for t, d in zip(y.tensor_split(k), devices)])
 
 
+def forward_backward(X, y, params):
+    """The loss of the shard `X`, `y` on the device of `params`, and its
+    gradient, left in each parameter's ``.grad``."""
+    loss(lenet(X, params), y).sum().backward()
+
+
 def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
     """One step of data-parallel minibatch SGD: split the batch, compute
     loss and gradient on every device, sum the gradients with `reduce`,
     and update every copy of the parameters."""
     check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
-    # Each device computes the loss on its own shard...
-    ls = [loss(lenet(X_shard, params), y_shard).sum()
-          for X_shard, y_shard, params in zip(
-              X_shards, y_shards, device_params)]
-    for l in ls:  # ...and backpropagates it, independently of the others
-        l.backward()
+    # Every device computes the loss and gradient of its own shard. launch
+    # queues the work on the device (on a CPU stand-in: on its own worker
+    # thread), so the devices compute at the same time
+    jobs = [launch(device, forward_backward, X_shard, y_shard, params)
+            for X_shard, y_shard, params, device in zip(
+                X_shards, y_shards, device_params, devices)]
+    for job in jobs:  # a stand-in's gradients exist once its job is done
+        job.result()
     # Sum each gradient over all devices and give every device the sum
     with torch.no_grad():
         for i in range(len(device_params[0])):
@@ -375,21 +445,20 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
 
 
 def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
-    """Run one `train_batch` step and return its `Timeline`, each stage
-    (split, forward and backward per device, allreduce, update) marked
-    with ``torch.profiler.record_function``."""
+    """Run one step of `train_batch`, the same computation in the same
+    order, and return its `Timeline`: the split, the allreduce and the
+    update are marked with ``torch.profiler.record_function``; on CPU
+    stand-ins each device's forward and backward pass is a bar of its
+    own row."""
     check_replicas(device_params, devices)
     with Timeline() as timeline:
         with record_function('split'):
             X_shards, y_shards = split_batch(X, y, devices)
-        ls = []
-        for k, (X_shard, y_shard, params) in enumerate(zip(
-                X_shards, y_shards, device_params)):
-            with record_function(f'forward {k + 1}'):
-                ls.append(loss(lenet(X_shard, params), y_shard).sum())
-        for k, l in enumerate(ls):
-            with record_function(f'backward {k + 1}'):
-                l.backward()
+        jobs = [launch(device, forward_backward, X_shard, y_shard, params)
+                for X_shard, y_shard, params, device in zip(
+                    X_shards, y_shards, device_params, devices)]
+        for job in jobs:
+            job.result()
         with record_function('allreduce'), torch.no_grad():
             for i in range(len(device_params[0])):
                 reduce([params[i].grad for params in device_params])
@@ -505,8 +574,9 @@ def ddp_worker(rank, world_size, port, net, devices, settings, queue):
     cuda = device.type == 'cuda'
     if cuda:
         torch.cuda.set_device(device)
-    else:  # the processes share the CPU cores
-        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
+    else:  # a CPU stand-in: its share of the cores, as in this process
+        torch.set_num_threads(_standins.threads_per_stand_in(
+            torch.get_num_threads()))
     # `net` arrives in memory shared with the other processes: without a
     # copy of its own, each would update the same parameters on a CPU
     net = copy.deepcopy(net).to(device)
@@ -638,6 +708,20 @@ def _watch_processes(procs, mailbox, report, timeout):
     return state
 
 
+@contextlib.contextmanager
+def _threads_of(device):
+    """Compute in this thread with the share of the cores of `device`
+    when it is a CPU stand-in, so that one stand-in here compares like
+    with like against a process per stand-in."""
+    before = torch.get_num_threads()
+    if device.type == 'cpu' and device.index is not None:
+        torch.set_num_threads(_STAND_INS.num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def train_concise(net, devices, batch_size, lr, num_epochs=10,
                   num_train=None, num_test=None, warmup_epochs=0,
                   plot=True):
@@ -660,8 +744,9 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 
     def train(report):
         if len(devices) == 1:
-            fit(net.to(devices[0]), net, devices[0], 0, 1, *settings,
-                report=report)
+            with _threads_of(devices[0]):
+                fit(net.to(devices[0]), net, devices[0], 0, 1, *settings,
+                    report=report)
         else:
             _run_processes(net, devices, settings, report)
             net.to(devices[0]).eval()  # as `fit` leaves it on one device

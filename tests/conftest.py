@@ -84,8 +84,14 @@ class Backend:
             return x.detach().cpu().numpy()
         return x.asnumpy()
 
-    def device_of(self, x):
-        return x.device if self.name == 'torch' else x.ctx
+    def is_on(self, x, device):
+        """Whether array `x` lives on `device`. A PyTorch CPU stand-in
+        (cpu:i) keeps its tensors in the CPU's memory, device 'cpu'."""
+        if self.name == 'torch':
+            device = self._fw.device(device)
+            return x.device == (self._fw.device('cpu')
+                                if device.type == 'cpu' else device)
+        return x.ctx == device
 
     def view(self, x):
         """Another array object that shares the memory of `x`."""
@@ -99,7 +105,7 @@ class Backend:
     def stand_ins(self, k):
         """What try_devices(k) must return on a machine without a GPU."""
         if self.name == 'torch':
-            return [self._fw.device('cpu')] * k
+            return [self._fw.device('cpu', i) for i in range(k)]
         return [self._fw.npx.cpu(i) for i in range(k)]
 
     def seed(self, n):

@@ -28,7 +28,7 @@ def _check_summed(backend, data, values, devices):
         assert got.dtype == values[0].dtype
         assert got.shape == values[0].shape
         np.testing.assert_array_equal(got, expected)
-        assert backend.device_of(x) == d
+        assert backend.is_on(x, d)
 
 
 @pytest.mark.parametrize('reduce', REDUCES)
@@ -63,7 +63,7 @@ def test_reduce_of_the_gradients_of_get_params_copies(backend, reduce):
     params = [backend.array(np.ones((2, 3), np.float32))]
     copies = [backend.get_params(params, d) for d in devices]
     for i, (p,) in enumerate(copies):
-        assert backend.device_of(p) == devices[i]
+        assert backend.is_on(p, devices[i])
     for i, (p,) in enumerate(copies):  # device i gets gradient i + 1
         if backend.name == 'torch':
             (p * (i + 1)).sum().backward()
@@ -77,7 +77,7 @@ def test_reduce_of_the_gradients_of_get_params_copies(backend, reduce):
     for (p,), d in zip(copies, devices):
         np.testing.assert_array_equal(backend.numpy(p.grad),
                                       np.full((2, 3), 6.0, np.float32))
-        assert backend.device_of(p.grad) == d
+        assert backend.is_on(p.grad, d)
 
 
 # --------------------------------------------------------------------------
@@ -198,8 +198,8 @@ def _check_split(backend, X, y, X_np, y_np, devices):
     assert sizes == [len(s) for s in y_shards]
     assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1  # balanced
     for xs, ys, d in zip(X_shards, y_shards, devices):
-        assert backend.device_of(xs) == d
-        assert backend.device_of(ys) == d
+        assert backend.is_on(xs, d)
+        assert backend.is_on(ys, d)
     X_back = np.concatenate([backend.numpy(s) for s in X_shards])
     y_back = np.concatenate([backend.numpy(s) for s in y_shards])
     assert X_back.dtype == X_np.dtype and y_back.dtype == y_np.dtype

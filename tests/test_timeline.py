@@ -66,12 +66,25 @@ def test_train_step_timeline_shows_every_stage(backend):
               for d in devices]
     tl = backend.train_step_timeline(X, y, params, devices, 0.1)
     names = {e.name for e in tl.events}
-    if backend.name == 'torch':
-        assert {'split', 'forward 1', 'forward 2', 'backward 1',
-                'backward 2', 'allreduce', 'update'} <= names
-    else:
-        assert names == {'split', 'forward', 'backward', 'allreduce',
-                         'update'}
-        assert tl.rows() == ['cpu(0)', 'cpu(1)']
+    assert {'split', 'forward_backward', 'allreduce', 'update'} <= names
+    # Each stand-in's forward and backward pass is on a row of its own
+    rows = {e.row for e in tl.events if e.name == 'forward_backward'}
+    assert rows == {str(d) for d in devices}
     kinds = {e.name: e.kind for e in tl.events}
     assert kinds['allreduce'] == kinds['split'] == 'copy'
+
+
+def test_train_step_timeline_makes_the_same_update_as_train_batch(backend):
+    backend.seed(0)
+    devices = backend.try_devices(2)
+    train_iter, _ = backend.load_data_fashion_mnist(32, 64, 32)
+    X, y = next(iter(train_iter))
+    params = backend.lenet_params()
+    stepped = [backend.get_params(params, d) for d in devices]
+    timed = [backend.get_params(params, d) for d in devices]
+    backend.train_batch(X, y, stepped, devices, 0.1)
+    backend.train_step_timeline(X, y, timed, devices, 0.1)
+    for a, b in zip(stepped, timed):
+        for p, q in zip(a, b):
+            np.testing.assert_array_equal(backend.numpy(p),
+                                          backend.numpy(q))

@@ -30,7 +30,7 @@ def _step(backend, params, X, y, k, reduce='allreduce'):
     backend.train_batch(X, y, device_params, devices, LR,
                         reduce=getattr(backend, reduce))
     for copy, d in zip(device_params, devices):
-        assert all(backend.device_of(p) == d for p in copy)
+        assert all(backend.is_on(p, d) for p in copy)
     return [_as_numpy(backend, copy) for copy in device_params]
 
 

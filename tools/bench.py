@@ -79,7 +79,10 @@ TRAIN_QUICK = dict(batch_size=256, lr=0.2, num_train=1024, num_test=512,
 NOTEBOOK_CELL_TIMEOUT = 300  # as the Makefile gives nbval
 
 TARGET_FRACTION = 0.5        # of the one-host limit, 64 MB, 4 devices
-TARGET_SCALING = 0.9         # 2 devices / 1 device, d2l.train
+TARGET_SCALING = 1.5         # 2 stand-ins / 1 stand-in, d2l.train
+TARGET_BOTH = 0.65           # lesson 1: both stand-ins / sum of each
+TARGET_COPY = 0.85           # lesson 1: compute and copy / sum
+TARGET_CONCISE = 1.3         # lesson 3: 2 stand-ins / 1
 TARGET_NOTEBOOK_S = 90
 TARGET_NBVAL_S = 15 * 60
 
@@ -648,12 +651,117 @@ def worker_ddp(spec):
     return {'runs': runs, 'threads': torch.get_num_threads()}
 
 
+# --------------------------------------------------------------------------
+# Section 0: CPU stand-ins (lessons 1 and 3 as a student runs them)
+# --------------------------------------------------------------------------
+STANDIN_REPS_FULL, STANDIN_REPS_QUICK = 5, 3
+LESSON1_SIZE, LESSON1_COPY_SIZE = 500, 300  # lesson 1's sizes on a CPU
+CONCISE_STANDINS = dict(width=8, batch_size=64, lr=0.05, num_train=1024,
+                        num_test=256, num_epochs=1)
+
+
+def lesson1_ratios(d2l, fw, reps):
+    """Lesson 1 on two CPU stand-ins, with the lesson's own calls: (both
+    devices at once) / (each alone, summed), and (compute and copy) /
+    (compute + copy), each a median over `reps` rounds."""
+    devices = d2l.try_devices(2)
+    if fw == 'torch':
+        import torch
+        rand = lambda n, d: torch.rand(size=(n, n), device=d)  # noqa: E731
+        product = torch.mm
+
+        def copy_to_cpu(y):
+            return [t.to('cpu', copy=True) for t in y]
+    else:
+        from mxnet import np, npx
+        rand = lambda n, d: np.random.uniform(size=(n, n), ctx=d)  # noqa
+        product = np.dot
+
+        def copy_to_cpu(y):
+            return [t.copyto(npx.cpu()) for t in y]
+
+    def run(x):
+        return [product(x, x) for _ in range(50)]
+
+    def seconds(fn):
+        d2l.synchronize(devices)
+        start = time.perf_counter()
+        fn()
+        d2l.synchronize(devices)
+        return time.perf_counter() - start
+
+    x1, x2 = (rand(LESSON1_SIZE, d) for d in devices)
+    x = rand(LESSON1_COPY_SIZE, devices[0])
+    y = d2l.launch(devices[0], run, x)
+
+    def compute_and_copy():
+        for _ in range(50):
+            z = d2l.launch(devices[0], product, x, x)
+            d2l.launch(devices[0], copy_to_cpu, [z], queue='copy')
+
+    jobs = {'alone 1': lambda: d2l.launch(devices[0], run, x1),
+            'alone 2': lambda: d2l.launch(devices[1], run, x2),
+            'both': lambda: (d2l.launch(devices[0], run, x1),
+                             d2l.launch(devices[1], run, x2)),
+            'compute': lambda: d2l.launch(devices[0], run, x),
+            'copy': lambda: d2l.launch(devices[0], copy_to_cpu, y,
+                                       queue='copy'),
+            'compute and copy': compute_and_copy}
+    for job in jobs.values():  # warm up
+        seconds(job)
+    times = {k: [] for k in jobs}
+    for _ in range(reps):
+        for k, job in jobs.items():
+            times[k].append(seconds(job))
+    both = [b / (a1 + a2) for b, a1, a2 in zip(
+        times['both'], times['alone 1'], times['alone 2'])]
+    overlap = [b / (a + c) for b, a, c in zip(
+        times['compute and copy'], times['compute'], times['copy'])]
+    return {'times': times, 'both_over_sum': statistics.median(both),
+            'copy_over_sum': statistics.median(overlap)}
+
+
+def concise_scaling(d2l, fw, reps):
+    """Lesson 3 on CPU stand-ins: `train_concise` on 2 stand-ins over 1,
+    the training examples/s that the lesson reports, median of `reps`
+    rounds (1, 2, 2, 1, ...); the 2-device run gets twice the batch."""
+    c = CONCISE_STANDINS
+    eps = {1: [], 2: []}
+
+    def once(k):
+        if fw == 'torch':
+            import torch
+            torch.manual_seed(0)
+            net = d2l.resnet18(width=c['width'])
+        else:
+            net = d2l.resnet18(width=c['width'])
+        r = d2l.train_concise(net, d2l.try_devices(k), k * c['batch_size'],
+                              k * c['lr'], c['num_epochs'], c['num_train'],
+                              c['num_test'], plot=False)
+        eps[k].append(r.examples_per_sec)
+
+    once(1)  # warm up
+    eps[1].clear()
+    for rep in range(reps):
+        for k in (1, 2) if rep % 2 == 0 else (2, 1):
+            once(k)
+    return {'eps': eps, 'two_over_one': statistics.median(
+        b / a for a, b in zip(eps[1], eps[2]))}
+
+
+def worker_standins(spec):
+    d2l = import_backend(spec['framework'])
+    return {'lesson1': lesson1_ratios(d2l, spec['framework'], spec['reps']),
+            'lesson3': concise_scaling(d2l, spec['framework'],
+                                       spec['reps'])}
+
+
 WORKERS = {'allreduce': worker_allreduce,
            'gloo_allreduce': worker_gloo_allreduce,
            'train_torch': worker_train_torch,
            'train_mxnet': worker_train_mxnet,
            'temp_copy': worker_temp_copy,
-           'ddp': worker_ddp}
+           'ddp': worker_ddp, 'standins': worker_standins}
 
 
 def worker_main(name, spec, out):
@@ -716,6 +824,44 @@ def cost_model(model, k, n):
     total = 2 * (k - 1) * n
     busiest = total if model == 'naive' else total / k
     return total, busiest
+
+
+def section_standins(args):
+    reps = STANDIN_REPS_QUICK if args.quick else STANDIN_REPS_FULL
+    res = {}
+    for fw in ('torch', 'mxnet'):
+        res[fw] = run_worker('standins', {'framework': fw, 'reps': reps},
+                             600, f'standins-{fw}')
+    return res
+
+
+def report_standins(res):
+    out = ['## 0. CPU stand-ins', '',
+           f'Two CPU stand-ins (`d2l.try_devices(2)`: each half of the '
+           f'cores with its own worker) against one, with the lessons' own '
+           f'calls and the default thread settings; medians of '
+           f'{STANDIN_REPS_QUICK}-{STANDIN_REPS_FULL} rounds. Lesson 1: 50 '
+           f'products of {LESSON1_SIZE}x{LESSON1_SIZE} matrices per device; '
+           f'compute and copy: {LESSON1_COPY_SIZE}x{LESSON1_COPY_SIZE}, each '
+           f'product then its copy on the copy queue. Lesson 3: '
+           f'`train_concise`, ResNet-18 width {CONCISE_STANDINS["width"]}, '
+           f'{CONCISE_STANDINS["num_train"]} examples, batch '
+           f'{CONCISE_STANDINS["batch_size"]} per device. On one host the '
+           f'limit is 0.50 for the first two (both halves busy all the time) '
+           f'and 2.00x for the last.', '']
+    rows = []
+    for fw in ('torch', 'mxnet'):
+        r = res.get(fw) or {}
+        if 'error' in r:
+            rows.append([fw, 'no data', r['error'][:80], '—'])
+            continue
+        rows.append([fw, f'{r["lesson1"]["both_over_sum"]:.2f}',
+                     f'{r["lesson1"]["copy_over_sum"]:.2f}',
+                     fmt_ratio(r['lesson3']['two_over_one'])])
+    out.append(md_table(['backend', 'lesson 1: both / sum of each alone',
+                         'lesson 1: compute and copy / sum',
+                         'lesson 3: 2 stand-ins / 1 (examples/s)'], rows))
+    return '\n'.join(out)
 
 
 def section_allreduce(args):
@@ -1155,6 +1301,21 @@ def verdict(ok):
 
 def targets(results):
     lines = []
+    for fw, r in (results.get('standins') or {}).items():
+        if 'error' in r:
+            lines.append((verdict(None), f'{fw} stand-ins: no data'))
+            continue
+        both = r['lesson1']['both_over_sum']
+        copy = r['lesson1']['copy_over_sum']
+        two = r['lesson3']['two_over_one']
+        lines += [
+            (verdict(both <= TARGET_BOTH), f'{fw} lesson 1, two stand-ins '
+             f'at once / sum of each alone: {both:.2f} (target <= '
+             f'{TARGET_BOTH})'),
+            (verdict(copy <= TARGET_COPY), f'{fw} lesson 1, compute and '
+             f'copy / sum: {copy:.2f} (target <= {TARGET_COPY})'),
+            (verdict(two >= TARGET_CONCISE), f'{fw} lesson 3, 2 stand-ins / '
+             f'1: {fmt_ratio(two, 3)} (target >= {TARGET_CONCISE}x)')]
     ar = results.get('allreduce')
     if ar:
         for backend in ('torch', 'mxnet'):
@@ -1307,6 +1468,7 @@ def main(argv=None):
     log(f'{"quick" if args.quick else "full"} run; logs in '
         f'{os.path.relpath(LOG_DIR, ROOT)}/')
     results = {'meta': notes, 'args': vars(args)}
+    results['standins'] = section_standins(args)
     results['allreduce'] = section_allreduce(args)
     results['training'] = section_training(args)
     if not args.skip_notebooks:
@@ -1324,7 +1486,8 @@ def main(argv=None):
             f'stand-in devices). torch {v["torch"]}, mxnet {v["mxnet"]}, d2l '
             f'{v["d2l"]}. Data: {notes["data"]}.',
             load_line(notes)]
-    sections = [report_allreduce(results['allreduce']),
+    sections = [report_standins(results['standins']),
+                report_allreduce(results['allreduce']),
                 report_training(results['training'])]
     if 'notebooks' in results:
         sections.append(report_notebooks(results['notebooks']))
