@@ -79,11 +79,12 @@ recorder = _Recorder()
 
 
 class StandIns:
-    """The worker threads of every stand-in of one process.
+    """The worker threads of every stand-in of one process, one per
+    device (any hashable name) and queue, started when first needed.
 
     `set_threads(n)` is called once in each new worker so that it computes
     with `n` threads. Work is queued with `submit`; `wait` waits for what
-    was queued on some stand-ins and raises the first error of their work
+    was queued on some devices and raises the first error of their work
     in the caller, with its own type and message."""
 
     def __init__(self, set_threads, num_threads):
@@ -91,21 +92,21 @@ class StandIns:
         self._pools, self._pending = {}, {}
         self._lock = threading.Lock()
 
-    def _pool(self, index, queue):
+    def _pool(self, device, queue):
         check_queue(queue)
-        key = (index, queue)
+        key = (device, queue)
         with self._lock:
             if key not in self._pools:
                 threads = 1 if queue == 'copy' else self.num_threads
                 self._pools[key] = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix=f'd2lpar-cpu{index}-{queue}',
+                    1, thread_name_prefix=f'd2lpar-{device}-{queue}',
                     initializer=self.set_threads, initargs=(threads,))
                 self._pending[key] = []
             return self._pools[key]
 
-    def submit(self, index, queue, fn, args, row):
-        """Queue ``fn(*args)`` on stand-in `index`; return its Future."""
-        pool = self._pool(index, queue)
+    def submit(self, device, queue, fn, args, row):
+        """Queue ``fn(*args)`` on `device`'s `queue`; return its Future."""
+        pool = self._pool(device, queue)
         kind = 'copy' if queue == 'copy' else 'compute'
         label = getattr(fn, '__name__', 'work')
 
@@ -119,19 +120,19 @@ class StandIns:
 
         future = pool.submit(work)
         with self._lock:
-            pending = self._pending[(index, queue)]
+            pending = self._pending[(device, queue)]
             pending[:] = [f for f in pending if not f.done()] + [future]
         return future
 
-    def wait(self, indices=None):
-        """Wait for all the work queued on the stand-ins `indices` (None:
-        on all of them). On an
+    def wait(self, devices=None):
+        """Wait for all the work queued on `devices` (None: on all of
+        them). On an
         interrupt (or any error while waiting) the work that has not
         started yet is cancelled, so nothing runs on behind the caller's
         back; the worker threads stay, ready for the next work."""
         with self._lock:
             keys = [k for k in self._pending
-                    if indices is None or k[0] in indices]
+                    if devices is None or k[0] in devices]
             futures = [f for k in keys for f in self._pending[k]]
             for k in keys:
                 self._pending[k] = []

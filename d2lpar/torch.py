@@ -273,17 +273,17 @@ def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
 # --------------------------------------------------------------------------
 # The toy network of the multi-GPU chapter
 # --------------------------------------------------------------------------
-def lenet_params(scale=0.1):
-    """Fresh parameters of the LeNet-style network, on the CPU."""
-    W1 = torch.randn(size=(20, 1, 3, 3)) * scale
-    b1 = torch.zeros(20)
-    W2 = torch.randn(size=(50, 20, 5, 5)) * scale
-    b2 = torch.zeros(50)
-    W3 = torch.randn(size=(800, 128)) * scale
-    b3 = torch.zeros(128)
-    W4 = torch.randn(size=(128, 10)) * scale
-    b4 = torch.zeros(10)
-    return [W1, b1, W2, b2, W3, b3, W4, b4]
+def lenet_params():
+    """Fresh parameters of the LeNet-style network, on the CPU: weights
+    with standard deviation sqrt(2 / inputs of one output) (He et al.,
+    2015), biases 0."""
+    def init(shape, num_inputs):
+        return torch.randn(size=shape) * (2 / num_inputs) ** 0.5
+
+    return [init((20, 1, 3, 3), 9), torch.zeros(20),
+            init((50, 20, 5, 5), 500), torch.zeros(50),
+            init((800, 128), 800), torch.zeros(128),
+            init((128, 10), 128), torch.zeros(10)]
 
 
 def lenet(X, params):

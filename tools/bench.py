@@ -655,7 +655,8 @@ def worker_ddp(spec):
 # Section 0: CPU stand-ins (lessons 1 and 3 as a student runs them)
 # --------------------------------------------------------------------------
 STANDIN_REPS_FULL, STANDIN_REPS_QUICK = 5, 3
-LESSON1_SIZE, LESSON1_COPY_SIZE = 500, 300  # lesson 1's sizes on a CPU
+LESSON1_SIZE = 500  # lesson 1's sizes on a CPU
+LESSON1_A, LESSON1_B = (1000, 16), (16, 1000)
 CONCISE_STANDINS = dict(width=8, batch_size=64, lr=0.05, num_train=1024,
                         num_test=256, num_epochs=1)
 
@@ -667,18 +668,24 @@ def lesson1_ratios(d2l, fw, reps):
     devices = d2l.try_devices(2)
     if fw == 'torch':
         import torch
-        rand = lambda n, d: torch.rand(size=(n, n), device=d)  # noqa: E731
+        rand = lambda shape, d: torch.rand(size=shape, device=d)  # noqa
         product = torch.mm
 
-        def copy_to_cpu(y):
-            return [t.to('cpu', copy=True) for t in y]
+        empty = lambda shape: torch.empty(size=shape)  # noqa: E731
+
+        def copy_to_cpu(y, y_cpu):
+            for t, buffer in zip(y, y_cpu):
+                buffer.copy_(t)
     else:
         from mxnet import np, npx
-        rand = lambda n, d: np.random.uniform(size=(n, n), ctx=d)  # noqa
+        rand = lambda shape, d: np.random.uniform(size=shape, ctx=d)  # noqa
         product = np.dot
 
-        def copy_to_cpu(y):
-            return [t.copyto(npx.cpu()) for t in y]
+        empty = lambda shape: np.empty(shape, ctx=npx.cpu())  # noqa
+
+        def copy_to_cpu(y, y_cpu):
+            for t, buffer in zip(y, y_cpu):
+                t.copyto(buffer)
 
     def run(x):
         return [product(x, x) for _ in range(50)]
@@ -690,21 +697,26 @@ def lesson1_ratios(d2l, fw, reps):
         d2l.synchronize(devices)
         return time.perf_counter() - start
 
-    x1, x2 = (rand(LESSON1_SIZE, d) for d in devices)
-    x = rand(LESSON1_COPY_SIZE, devices[0])
-    y = d2l.launch(devices[0], run, x)
+    x1, x2 = (rand((LESSON1_SIZE, LESSON1_SIZE), d) for d in devices)
+    a, b = rand(LESSON1_A, devices[0]), rand(LESSON1_B, devices[0])
+
+    def products():
+        return [product(a, b) for _ in range(50)]
+
+    y = d2l.launch(devices[0], products)
+    y_cpu = [empty((LESSON1_A[0], LESSON1_B[1])) for _ in range(50)]
 
     def compute_and_copy():
-        for _ in range(50):
-            z = d2l.launch(devices[0], product, x, x)
-            d2l.launch(devices[0], copy_to_cpu, [z], queue='copy')
+        for buffer in y_cpu:
+            z = d2l.launch(devices[0], product, a, b)
+            d2l.launch(devices[0], copy_to_cpu, [z], [buffer], queue='copy')
 
     jobs = {'alone 1': lambda: d2l.launch(devices[0], run, x1),
             'alone 2': lambda: d2l.launch(devices[1], run, x2),
             'both': lambda: (d2l.launch(devices[0], run, x1),
                              d2l.launch(devices[1], run, x2)),
-            'compute': lambda: d2l.launch(devices[0], run, x),
-            'copy': lambda: d2l.launch(devices[0], copy_to_cpu, y,
+            'compute': lambda: d2l.launch(devices[0], products),
+            'copy': lambda: d2l.launch(devices[0], copy_to_cpu, y, y_cpu,
                                        queue='copy'),
             'compute and copy': compute_and_copy}
     for job in jobs.values():  # warm up
@@ -842,8 +854,8 @@ def report_standins(res):
            f'calls and the default thread settings; medians of '
            f'{STANDIN_REPS_QUICK}-{STANDIN_REPS_FULL} rounds. Lesson 1: 50 '
            f'products of {LESSON1_SIZE}x{LESSON1_SIZE} matrices per device; '
-           f'compute and copy: {LESSON1_COPY_SIZE}x{LESSON1_COPY_SIZE}, each '
-           f'product then its copy on the copy queue. Lesson 3: '
+           f'compute and copy: 50 products of {LESSON1_A} by {LESSON1_B} '
+           f'matrices, each followed by its copy on the copy queue. Lesson 3: '
            f'`train_concise`, ResNet-18 width {CONCISE_STANDINS["width"]}, '
            f'{CONCISE_STANDINS["num_train"]} examples, batch '
            f'{CONCISE_STANDINS["batch_size"]} per device. On one host the '
