@@ -56,9 +56,10 @@ def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
             else f'{num_wanted} CPU stand-ins')
     share = ('two of them split the CPU in two' if num_wanted <= 2 else
              f'{num_wanted} of them share cores meant for two')
+    each = 'each computing' if num_wanted > 1 else 'computing'
     return (f'{found} found, {num_wanted} '
             f'device{"s" if num_wanted > 1 else ""} requested: using '
-            f'{what} ({stand_ins}), each computing with {threads_each} '
+            f'{what} ({stand_ins}), {each} with {threads_each} '
             f'CPU thread(s) of its own ({share}).')
 
 
