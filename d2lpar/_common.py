@@ -112,6 +112,12 @@ def check_allreduce(data, memory_of=id):
     if not data:
         raise ValueError('allreduce got an empty list: pass one array per '
                          'device.')
+    for i, x in enumerate(data):
+        if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
+            raise TypeError(f'allreduce sums arrays in place, one per '
+                            f'device, but data[{i}] is a '
+                            f'{type(x).__name__} ({x!r}): pass tensors '
+                            f'(PyTorch) or ndarrays (MXNet).')
     shapes = [tuple(x.shape) for x in data]
     if len(set(shapes)) > 1:
         raise ValueError(f'allreduce needs arrays of one shape to sum them '
@@ -667,6 +673,12 @@ class DataIter:
 
     def __iter__(self):
         n = len(self.y)
+        if self.drop_last and n < self.batch_size:
+            raise ValueError(f'{n} training examples do not fill one '
+                             f'minibatch of {self.batch_size}, so training '
+                             f'would take no step: keep at least '
+                             f'{self.batch_size} examples (num_train) or use '
+                             f'a smaller batch_size.')
         order = self.rng.permutation(n) if self.shuffle else np.arange(n)
         for i in range(len(self)):
             idx = order[i * self.batch_size:(i + 1) * self.batch_size]

@@ -574,9 +574,8 @@ def ddp_worker(rank, world_size, port, net, devices, settings, queue):
     cuda = device.type == 'cuda'
     if cuda:
         torch.cuda.set_device(device)
-    else:  # a CPU stand-in: its share of the cores, as in this process
-        torch.set_num_threads(_standins.threads_per_stand_in(
-            torch.get_num_threads()))
+    else:  # the processes share the CPU cores
+        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
     # `net` arrives in memory shared with the other processes: without a
     # copy of its own, each would update the same parameters on a CPU
     net = copy.deepcopy(net).to(device)

@@ -276,3 +276,9 @@ def test_reduce_property(backend, reduce, shape, k, dtype, seed):
     data = _on_devices(backend, values, devices)
     getattr(backend, reduce)(data)
     _check_summed(backend, data, values, devices)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_reduce_of_plain_numbers_names_what_it_got(backend, reduce):
+    with pytest.raises(TypeError, match=r'data\[0\] is a float \(1.0\)'):
+        getattr(backend, reduce)([1.0, 2.0])

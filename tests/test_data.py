@@ -507,3 +507,11 @@ def test_training_iterator_shuffles_every_epoch(backend):
 def test_loader_rejects_a_batch_size_below_one(backend):
     with pytest.raises(ValueError, match='batch_size must be at least 1'):
         backend.load_data_fashion_mnist(0, num_train=10, num_test=10)
+
+
+def test_training_on_fewer_examples_than_one_batch_is_refused(backend):
+    with pytest.raises(ValueError, match='20 training examples do not fill '
+                                         'one minibatch of 256.*at least 256'):
+        train_iter, _ = backend.load_data_fashion_mnist(256, num_train=20,
+                                                        num_test=10)
+        next(iter(train_iter))

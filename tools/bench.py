@@ -380,7 +380,7 @@ def concise_runs(d2l, d2l_book, framework, cfg):
     c = CONCISE
     examples = c['num_train'] // c['batch_size'] * c['batch_size'] \
         * c['num_epochs']
-    device = d2l.try_devices(1)
+    device = [d2l.try_gpu()]  # the whole CPU, as train_ch13 uses it
 
     def ours():
         r = d2l.train_concise(d2l.resnet18(width=c['width']), device,
@@ -657,7 +657,7 @@ def worker_ddp(spec):
 STANDIN_REPS_FULL, STANDIN_REPS_QUICK = 5, 3
 LESSON1_SIZE = 500  # lesson 1's sizes on a CPU
 LESSON1_A, LESSON1_B = (1000, 16), (16, 1000)
-CONCISE_STANDINS = dict(width=8, batch_size=64, lr=0.05, num_train=1024,
+CONCISE_STANDINS = dict(width=8, batch_size=64, lr=0.05, num_train=2048,
                         num_test=256, num_epochs=1)
 
 
@@ -850,8 +850,8 @@ def section_standins(args):
 def report_standins(res):
     out = ['## 0. CPU stand-ins', '',
            f'Two CPU stand-ins (`d2l.try_devices(2)`: each half of the '
-           f'cores with its own worker) against one, with the lessons' own '
-           f'calls and the default thread settings; medians of '
+           f'cores with its own worker) against one, with the calls of the '
+           f'lessons themselves and the default thread settings; medians of '
            f'{STANDIN_REPS_QUICK}-{STANDIN_REPS_FULL} rounds. Lesson 1: 50 '
            f'products of {LESSON1_SIZE}x{LESSON1_SIZE} matrices per device; '
            f'compute and copy: 50 products of {LESSON1_A} by {LESSON1_B} '
