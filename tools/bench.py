@@ -662,16 +662,18 @@ CONCISE_STANDINS = dict(width=8, batch_size=64, lr=0.05, num_train=2048,
 
 
 def lesson1_ratios(d2l, fw, reps):
-    """Lesson 1 on two CPU stand-ins, with the lesson's own calls: (both
+    """Lesson 1 on CPU stand-ins, with the lesson's own calls: (both
     devices at once) / (each alone, summed), and (compute and copy) /
     (compute + copy), each a median over `reps` rounds."""
     devices = d2l.try_devices(2)
     if fw == 'torch':
         import torch
         rand = lambda shape, d: torch.rand(size=shape, device=d)  # noqa
-        product = torch.mm
+        empty = lambda shape, d: torch.empty(size=shape, device=d)  # noqa
+        cpu = torch.device('cpu')
 
-        empty = lambda shape: torch.empty(size=shape)  # noqa: E731
+        def product(a, b, out):
+            return torch.mm(a, b, out=out)
 
         def copy_to_cpu(y, y_cpu):
             for t, buffer in zip(y, y_cpu):
@@ -679,16 +681,23 @@ def lesson1_ratios(d2l, fw, reps):
     else:
         from mxnet import np, npx
         rand = lambda shape, d: np.random.uniform(size=shape, ctx=d)  # noqa
-        product = np.dot
+        empty = lambda shape, d: np.empty(shape, ctx=d)  # noqa
+        cpu = npx.cpu()
 
-        empty = lambda shape: np.empty(shape, ctx=npx.cpu())  # noqa
+        def product(a, b, out):
+            return np.dot(a, b, out=out)
 
         def copy_to_cpu(y, y_cpu):
             for t, buffer in zip(y, y_cpu):
                 t.copyto(buffer)
 
     def run(x):
-        return [product(x, x) for _ in range(50)]
+        return [product(x, x, None) for _ in range(50)]
+
+    def products(a, b, y):
+        for t in y:
+            product(a, b, t)
+        return y
 
     def seconds(fn):
         d2l.synchronize(devices)
@@ -699,28 +708,26 @@ def lesson1_ratios(d2l, fw, reps):
 
     x1, x2 = (rand((LESSON1_SIZE, LESSON1_SIZE), d) for d in devices)
     a, b = rand(LESSON1_A, devices[0]), rand(LESSON1_B, devices[0])
-
-    def products():
-        return [product(a, b) for _ in range(50)]
-
-    y = d2l.launch(devices[0], products)
-    y_cpu = [empty((LESSON1_A[0], LESSON1_B[1])) for _ in range(50)]
+    shape = (LESSON1_A[0], LESSON1_B[1])
+    y = [empty(shape, devices[0]) for _ in range(50)]
+    y_cpu = [empty(shape, cpu) for _ in range(50)]
 
     def compute_and_copy():
-        for buffer in y_cpu:
-            z = d2l.launch(devices[0], product, a, b)
-            d2l.launch(devices[0], copy_to_cpu, [z], [buffer], queue='copy')
+        for t, buffer in zip(y, y_cpu):
+            done = d2l.launch(devices[0], products, a, b, [t])
+            d2l.launch(devices[0], copy_to_cpu, done, [buffer], queue='copy')
 
     jobs = {'alone 1': lambda: d2l.launch(devices[0], run, x1),
             'alone 2': lambda: d2l.launch(devices[1], run, x2),
             'both': lambda: (d2l.launch(devices[0], run, x1),
                              d2l.launch(devices[1], run, x2)),
-            'compute': lambda: d2l.launch(devices[0], products),
+            'compute': lambda: d2l.launch(devices[0], products, a, b, y),
             'copy': lambda: d2l.launch(devices[0], copy_to_cpu, y, y_cpu,
                                        queue='copy'),
             'compute and copy': compute_and_copy}
-    for job in jobs.values():  # warm up
-        seconds(job)
+    for _ in range(3):  # warm up, as the lesson does
+        for job in jobs.values():
+            seconds(job)
     times = {k: [] for k in jobs}
     for _ in range(reps):
         for k, job in jobs.items():
