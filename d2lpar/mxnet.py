@@ -19,10 +19,11 @@ from d2lpar import standins as _standins
 # Both settings must be in place before MXNet loads.
 # Every CPU stand-in cpu(i) computes with half of the CPU's threads (see
 # d2lpar.standins): MXNet runs each context on an engine thread of its own,
-# and each operator with OMP_NUM_THREADS threads.
-STAND_IN_THREADS = _standins.threads_per_stand_in(
-    int(os.environ.get('OMP_NUM_THREADS') or len(os.sched_getaffinity(0))))
-os.environ.setdefault('OMP_NUM_THREADS', str(STAND_IN_THREADS))
+# and each operator with OMP_NUM_THREADS threads, unless you set it.
+if not os.environ.get('OMP_NUM_THREADS'):
+    os.environ['OMP_NUM_THREADS'] = str(_standins.threads_per_stand_in(
+        os.cpu_count() or 1))
+STAND_IN_THREADS = int(os.environ['OMP_NUM_THREADS'])
 # All CPU contexts share one pool of temporary workspaces (4 by default),
 # handed out in turn; an operator holds its workspace while it runs. With
 # too few, the 50 products queued on cpu(1) wait for those of cpu(0) that

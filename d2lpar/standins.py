@@ -12,6 +12,7 @@ The backends say how a worker limits itself to its share (PyTorch:
 ``torch.set_num_threads`` in the worker thread sets that thread's count).
 """
 import concurrent.futures
+import queue
 import threading
 import time
 
@@ -78,6 +79,21 @@ class _Recorder:
 recorder = _Recorder()
 
 
+class Job(concurrent.futures.Future):
+    """A Future for work queued on a stand-in. Its error is reported once:
+    by `result()` or by `StandIns.wait`, whichever comes first."""
+    reported = False
+
+    def result(self, timeout=None):
+        try:
+            return super().result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise
+        except BaseException:
+            self.reported = True
+            raise
+
+
 class StandIns:
     """The worker threads of every stand-in of one process, one per
     device (any hashable name) and queue, started when first needed.
@@ -89,25 +105,35 @@ class StandIns:
 
     def __init__(self, set_threads, num_threads):
         self.set_threads, self.num_threads = set_threads, num_threads
-        self._pools, self._pending = {}, {}
+        self._queues, self._pending = {}, {}
         self._lock = threading.Lock()
 
-    def _pool(self, device, queue):
-        check_queue(queue)
-        key = (device, queue)
+    def _queue(self, key):
         with self._lock:
-            if key not in self._pools:
-                threads = 1 if queue == 'copy' else self.num_threads
-                self._pools[key] = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix=f'd2lpar-{device}-{queue}',
-                    initializer=self.set_threads, initargs=(threads,))
-                self._pending[key] = []
-            return self._pools[key]
+            if key not in self._queues:
+                self._queues[key], self._pending[key] = queue.SimpleQueue(), []
+                threads = 1 if key[1] == 'copy' else self.num_threads
+                threading.Thread(target=self._work, daemon=True,
+                                 name=f'd2lpar-{key[0]}-{key[1]}',
+                                 args=(self._queues[key], threads)).start()
+            return self._queues[key]
 
-    def submit(self, device, queue, fn, args, row):
-        """Queue ``fn(*args)`` on `device`'s `queue`; return its Future."""
-        pool = self._pool(device, queue)
-        kind = 'copy' if queue == 'copy' else 'compute'
+    def _work(self, todo, num_threads):
+        """A worker: run the jobs of its queue in order, for ever."""
+        self.set_threads(num_threads)
+        while True:
+            job, work = todo.get()
+            if not job.set_running_or_notify_cancel():
+                continue  # cancelled while it waited
+            try:
+                job.set_result(work())
+            except BaseException as e:  # raised in the caller instead
+                job.set_exception(e)
+
+    def submit(self, device, queue_name, fn, args, row):
+        """Queue ``fn(*args)`` on `device`'s queue `queue_name`; return
+        its `Job`."""
+        kind = 'copy' if queue_name == 'copy' else 'compute'
         label = getattr(fn, '__name__', 'work')
 
         def work():
@@ -118,35 +144,37 @@ class StandIns:
             finally:
                 recorder.add((label, row, start, time.perf_counter(), kind))
 
-        future = pool.submit(work)
-        with self._lock:
-            pending = self._pending[(device, queue)]
-            pending[:] = [f for f in pending if not f.done()] + [future]
-        return future
+        key, job = (device, queue_name), Job()
+        todo = self._queue(key)
+        with self._lock:  # forget what is done and has nothing to report
+            self._pending[key] = [j for j in self._pending[key]
+                                  if not _settled(j)] + [job]
+        todo.put((job, work))
+        return job
 
     def wait(self, devices=None):
         """Wait for all the work queued on `devices` (None: on all of
-        them). On an
-        interrupt (or any error while waiting) the work that has not
-        started yet is cancelled, so nothing runs on behind the caller's
-        back; the worker threads stay, ready for the next work."""
+        them), and raise the first error not yet reported. On an interrupt
+        (or any error while waiting) the work that has not started yet is
+        cancelled; what is running stays pending, for the next wait."""
         with self._lock:
-            keys = [k for k in self._pending
-                    if devices is None or k[0] in devices]
-            futures = [f for k in keys for f in self._pending[k]]
-            for k in keys:
-                self._pending[k] = []
+            jobs = [j for key, pending in self._pending.items()
+                    if devices is None or key[0] in devices
+                    for j in pending]
         try:  # short waits, so that an interrupt is seen at once
-            while concurrent.futures.wait(futures, timeout=0.1).not_done:
+            while concurrent.futures.wait(jobs, timeout=0.1).not_done:
                 pass
         except BaseException:
-            for f in futures:
-                f.cancel()
+            for j in jobs:
+                j.cancel()
             raise
-        for f in futures:  # in the order they were queued
-            if not f.cancelled() and f.exception() is not None:
-                raise f.exception()
+        for j in jobs:  # in the order they were queued
+            if not j.cancelled() and j.exception() and not j.reported:
+                j.reported = True
+                raise j.exception()
 
-    def threads(self):
-        """The worker threads started so far (for tests)."""
-        return [t for p in self._pools.values() for t in p._threads]
+
+def _settled(job):
+    """Whether `job` is done and has no error left to report."""
+    return job.done() and (job.cancelled() or job.exception() is None
+                           or job.reported)

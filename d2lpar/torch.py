@@ -121,15 +121,47 @@ def launch(device, fn, *args, queue='compute'):
     if device.type == 'cpu' and device.index is not None:
         return _STAND_INS.submit(device.index, queue, fn, args, str(device)
                                  + (' copy' if queue == 'copy' else ''))
-    if device.type == 'cuda' and queue == 'copy':
-        if device not in _copy_streams:
-            _copy_streams[device] = torch.cuda.Stream(device)
-        stream = _copy_streams[device]
-        # Ordered after everything queued so far on the compute stream
+    if device.type != 'cuda':
+        return _standins.done(fn(*_standins.resolve(args)))
+    stream = (_copy_stream(device) if queue == 'copy'
+              else torch.cuda.current_stream(device))
+    # As on a stand-in, work waits for the Futures it is given: for copies
+    # queued on the side stream, through the event recorded after them
+    for event in _events(args):
+        stream.wait_event(event)
+    if queue == 'copy':  # ordered after all work queued so far
         stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            return _standins.done(fn(*_standins.resolve(args)))
-    return _standins.done(fn(*_standins.resolve(args)))
+    with torch.cuda.device(device), torch.cuda.stream(stream):
+        values = _standins.resolve(args)
+        if queue == 'copy':  # memory the side stream reads stays reserved
+            for t in _cuda_tensors(values):
+                t.record_stream(stream)
+        future = _standins.done(fn(*values))
+        future.cuda_event = stream.record_event()
+    return future
+
+
+def _copy_stream(device):
+    if device not in _copy_streams:
+        _copy_streams[device] = torch.cuda.Stream(device)
+    return _copy_streams[device]
+
+
+def _events(args):
+    """The CUDA events of the Futures among `args` (also in lists)."""
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _events(a)
+        elif getattr(a, 'cuda_event', None) is not None:
+            yield a.cuda_event
+
+
+def _cuda_tensors(values):
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            yield from _cuda_tensors(v)
+        elif isinstance(v, torch.Tensor) and v.is_cuda:
+            yield v
 
 
 def synchronize(devices=None):

@@ -27,7 +27,7 @@ def torch_backend():
 def test_launch_on_a_stand_in_computes_what_the_cpu_computes(backend):
     x = backend.array(np.arange(16, dtype=np.float32).reshape(4, 4))
     expected = backend.numpy(x @ x)
-    for device in backend.try_devices(2):
+    for device in backend.stand_ins(2):
         xd = backend.array(backend.numpy(x), device)
         job = backend.launch(device, lambda a: a @ a, xd)
         backend.synchronize([device])
@@ -36,7 +36,7 @@ def test_launch_on_a_stand_in_computes_what_the_cpu_computes(backend):
 
 def test_two_stand_ins_compute_at_the_same_time(torch_backend):
     d2l = torch_backend
-    devices = d2l.try_devices(2)
+    devices = d2l.stand_ins(2)
     started = threading.Event()
 
     def first():
@@ -54,7 +54,7 @@ def test_two_stand_ins_compute_at_the_same_time(torch_backend):
 
 def test_one_stand_in_runs_its_queue_in_order(torch_backend):
     d2l = torch_backend
-    device = d2l.try_devices(1)[0]
+    device = d2l.stand_ins(1)[0]
     order = []
     for i in range(20):
         d2l.launch(device, order.append, i)
@@ -62,14 +62,17 @@ def test_one_stand_in_runs_its_queue_in_order(torch_backend):
     assert order == list(range(20))
 
 
-def test_each_stand_in_computes_with_its_share_of_the_cores(torch_backend):
+def test_each_stand_in_computes_with_its_share_of_the_cores():
     import torch
-    d2l = torch_backend
-    share = standins.threads_per_stand_in(torch.get_num_threads())
-    for device in d2l.try_devices(2):
-        assert d2l.launch(device, torch.get_num_threads).result() == share
-    assert d2l.launch(d2l.try_devices(1)[0], torch.get_num_threads,
-                      queue='copy').result() == 1
+    workers = standins.StandIns(torch.set_num_threads, 3)
+    for device in (0, 1):
+        job = workers.submit(device, 'compute', torch.get_num_threads, (),
+                             'row')
+        assert job.result() == 3
+    job = workers.submit(0, 'copy', torch.get_num_threads, (), 'row')
+    assert job.result() == 1  # a copy needs no more
+    assert standins.threads_per_stand_in(8) == 4
+    assert standins.threads_per_stand_in(1) == 1
 
 
 def test_the_whole_cpu_computes_in_the_calling_thread(torch_backend):
@@ -78,31 +81,26 @@ def test_the_whole_cpu_computes_in_the_calling_thread(torch_backend):
     assert job.done() and job.result() == threading.get_ident()
 
 
-def test_a_copy_waits_for_the_result_it_copies(backend):
-    device = backend.try_devices(1)[0]
+def test_a_copy_waits_for_the_result_it_copies(torch_backend):
+    d2l = torch_backend
+    device = d2l.stand_ins(1)[0]
     gate = threading.Event()
 
     def compute():
         gate.wait(WAIT)
-        return backend.full(1000, 2.0, device)
+        return d2l.full(1000, 2.0, device)
 
-    if backend.name == 'torch':  # MXNet's launch calls at once
-        computed = backend.launch(device, compute)
-        copied = backend.launch(device, lambda a: a * 1, computed,
-                                queue='copy')
-        assert not copied.done()
-        gate.set()
-    else:
-        gate.set()
-        copied = backend.launch(device, lambda a: a * 1,
-                                backend.launch(device, compute), queue='copy')
-    backend.synchronize([device])
-    np.testing.assert_array_equal(backend.numpy(copied.result()),
+    computed = d2l.launch(device, compute)
+    copied = d2l.launch(device, lambda a: a * 1, [computed], queue='copy')
+    assert not copied.done()
+    gate.set()
+    d2l.synchronize([device])
+    np.testing.assert_array_equal(d2l.numpy(copied.result()[0]),
                                   np.full(1000, 2.0))
 
 
 def test_an_error_in_a_worker_is_raised_here_with_its_message(backend):
-    device = backend.try_devices(2)[1]
+    device = backend.stand_ins(2)[1]
 
     def fails():
         raise ValueError('the shard has the wrong shape')
@@ -116,9 +114,27 @@ def test_an_error_in_a_worker_is_raised_here_with_its_message(backend):
     assert job.result() == 42
 
 
+def test_an_error_is_raised_once_even_after_more_work(torch_backend):
+    d2l = torch_backend
+    device = d2l.stand_ins(1)[0]
+
+    def fails():
+        raise KeyError('missing parameter')
+
+    d2l.launch(device, fails)
+    d2l.launch(device, lambda: None)  # more work, queued after the error
+    with pytest.raises(KeyError, match='missing parameter'):
+        d2l.synchronize([device])
+    d2l.synchronize([device])  # reported: not raised again
+    job = d2l.launch(device, fails)
+    with pytest.raises(KeyError):
+        job.result()  # seen here...
+    d2l.synchronize([device])  # ...so not raised a second time
+
+
 def test_an_interrupt_cancels_the_queue_and_leaves_no_thread(torch_backend):
     d2l = torch_backend
-    device = d2l.try_devices(1)[0]
+    device = d2l.stand_ins(1)[0]
     d2l.launch(device, lambda: None).result()  # the worker exists
     threads = threading.active_count()
     ran = []
@@ -134,29 +150,32 @@ def test_an_interrupt_cancels_the_queue_and_leaves_no_thread(torch_backend):
     with pytest.raises(KeyboardInterrupt):
         d2l.synchronize([device])
     timer.join()
-    d2l.synchronize([device])  # the job that was running, if any
-    assert len(ran) < 20, 'the queued work went on after the interrupt'
+    running = len(ran)
+    d2l.synchronize([device])  # waits for the job that was running
+    after = len(ran)
+    time.sleep(0.2)
+    assert len(ran) == after, 'synchronize returned before the work ended'
+    assert after <= running + 1 < 20, \
+        'the queued work went on after the interrupt'
     assert threading.active_count() == threads
     assert d2l.launch(device, lambda: 'still works').result() == 'still works'
 
 
 def test_launch_rejects_an_unknown_queue(backend):
     with pytest.raises(ValueError, match="'compute' or 'copy'"):
-        backend.launch(backend.try_devices(1)[0], print, queue='network')
+        backend.launch(backend.stand_ins(1)[0], print, queue='network')
 
 
 def test_timeline_shows_two_stand_ins_overlapping(torch_backend):
     d2l = torch_backend
-    devices = d2l.try_devices(2)
-    started = threading.Event()
+    devices = d2l.stand_ins(2)
+    both = threading.Barrier(2, timeout=WAIT)  # each waits for the other
 
     def first():
-        started.wait(WAIT)
-        time.sleep(0.02)
+        both.wait()
 
     def second():
-        started.set()
-        time.sleep(0.02)
+        both.wait()
 
     with d2l.Timeline() as tl:
         d2l.launch(devices[0], first)
