@@ -8,8 +8,11 @@ cores (`threads_per_stand_in`) and, for each of its queues (``'compute'``,
 Two stand-ins are therefore two devices that compute at the same time, each
 on its own half of the cores, and one stand-in alone has only its half.
 
-The backends say how a worker limits itself to its share (PyTorch:
-``torch.set_num_threads`` in the worker thread sets that thread's count).
+PyTorch computes CPU operators in the calling thread, so ``d2lpar.torch``
+uses the workers below (``torch.set_num_threads`` in a worker sets that
+thread's count). MXNet's engine already gives every context ``cpu(i)`` a
+thread of its own; ``d2lpar.mxnet`` only sets its share of the cores
+(``OMP_NUM_THREADS``) and enough temporary workspaces before MXNet loads.
 """
 import concurrent.futures
 import queue
