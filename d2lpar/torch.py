@@ -221,6 +221,9 @@ class Timeline(_common.Timeline):
     def __exit__(self, *exc_info):
         try:
             synchronize()
+        except Exception:
+            if exc_info[0] is None:  # else the block's own error says more
+                raise
         finally:
             workers = _standins.recorder.stop()
             with _common.quiet_stderr():

@@ -751,12 +751,10 @@ def concise_scaling(d2l, fw, reps):
     eps = {1: [], 2: []}
 
     def once(k):
-        if fw == 'torch':
+        if fw == 'torch':  # the same network in every run
             import torch
             torch.manual_seed(0)
-            net = d2l.resnet18(width=c['width'])
-        else:
-            net = d2l.resnet18(width=c['width'])
+        net = d2l.resnet18(width=c['width'])
         r = d2l.train_concise(net, d2l.try_devices(k), k * c['batch_size'],
                               k * c['lr'], c['num_epochs'], c['num_train'],
                               c['num_test'], plot=False)
