@@ -140,15 +140,6 @@ def _kind(name):
     return 'copy' if 'copy' in name.lower() else 'compute'
 
 
-def _flat_arrays(values):
-    """The arrays in `values`, a list that may hold lists of them."""
-    for v in values:
-        if isinstance(v, (list, tuple)):
-            yield from _flat_arrays(v)
-        else:
-            yield v
-
-
 class Timeline(_common.Timeline):
     """Record what runs where inside a ``with`` block, then `plot` it.
 
@@ -182,7 +173,7 @@ class Timeline(_common.Timeline):
         if self._profiler:
             return arrays
         pushed = time.perf_counter() - self._t0
-        for a in _flat_arrays(_standins.resolve([arrays])):
+        for a in _standins.flat(_standins.resolve([arrays])):
             row = str(a.ctx)
             if row not in self._queues:
                 self._queues[row] = queue.Queue()

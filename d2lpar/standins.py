@@ -49,6 +49,15 @@ def resolve(args):
     return [value(a) for a in args]
 
 
+def flat(values):
+    """The items of `values`, with lists and tuples inside it opened."""
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            yield from flat(v)
+        else:
+            yield v
+
+
 def done(value):
     """A Future that already holds `value` (work a GPU has queued, or the
     whole CPU has finished)."""

@@ -149,19 +149,13 @@ def _copy_stream(device):
 
 def _events(args):
     """The CUDA events of the Futures among `args` (also in lists)."""
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            yield from _events(a)
-        elif getattr(a, 'cuda_event', None) is not None:
-            yield a.cuda_event
+    return [a.cuda_event for a in _standins.flat(args)
+            if getattr(a, 'cuda_event', None) is not None]
 
 
 def _cuda_tensors(values):
-    for v in values:
-        if isinstance(v, (list, tuple)):
-            yield from _cuda_tensors(v)
-        elif isinstance(v, torch.Tensor) and v.is_cuda:
-            yield v
+    return [v for v in _standins.flat(values)
+            if isinstance(v, torch.Tensor) and v.is_cuda]
 
 
 def synchronize(devices=None):
