@@ -75,12 +75,14 @@ test-browser: $(STAMP)
 		-p no:cacheprovider
 
 # On a machine with GPUs: fails at once when there is none, then runs the
-# checks of tests/gpu alone (their timings need idle GPUs), then everything
-# that make test runs. D2LPAR_MIN_GPUS=2 requires two GPUs;
-# D2LPAR_REQUIRE_MXNET_GPU=1 requires MXNet to see a GPU (mxnet-cuXXX).
+# checks of tests/gpu alone (their timings need idle GPUs), where
+# D2LPAR_REQUIRE_GPU=1 makes a missing GPU fail them (elsewhere they skip),
+# then everything else that make test runs. D2LPAR_MIN_GPUS=2 requires two
+# GPUs; D2LPAR_REQUIRE_MXNET_GPU=1 requires MXNet to see a GPU (mxnet-cuXXX).
 test-gpu:
 	$(PYTHON) tools/gpu_check.py --driver
 	$(MAKE) --no-print-directory $(STAMP) check-notebooks
 	$(PY) tools/gpu_check.py
-	D2LPAR_GPU_TESTS=1 $(PY) -m pytest tests/gpu -v -rs -p no:cacheprovider
-	$(PY) -m pytest tests notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
+	D2LPAR_REQUIRE_GPU=1 $(PY) -m pytest tests/gpu -v -rs -p no:cacheprovider
+	$(TEST_ENV) $(PY) -m pytest tests notebooks --ignore=tests/gpu $(NBVAL_FLAGS) \
+		$(PYTEST_FLAGS)

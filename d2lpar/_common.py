@@ -27,7 +27,7 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
     'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
-    'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
+    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
     'forward_backward', 'get_params', 'gpu', 'launch', 'lenet',
     'lenet_params', 'load_data_fashion_mnist',
     'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
@@ -104,9 +104,15 @@ def check_replicas(device_params, devices):
     return devices
 
 
-def check_allreduce(data, memory_of=id):
+def check_allreduce(data, memory_of=id, device_of=None):
     """Check that `data` is a list of same-shape, same-dtype, distinct
-    arrays (one per device) that can be summed in place."""
+    arrays (one per device) that can be summed in place.
+
+    Arrays on different devices cannot share memory, so `memory_of(x)`
+    (where the data of `x` lives) is asked only of arrays that share a
+    device with another one (`device_of(x)`): in training, one gradient
+    per device, it is never asked, and nothing has to wait for the
+    gradients to be computed."""
     if not isinstance(data, (list, tuple)):
         raise TypeError(f'allreduce expects a list with one array per '
                         f'device, got {type(data).__name__}.')
@@ -128,17 +134,20 @@ def check_allreduce(data, memory_of=id):
     if len(set(dtypes)) > 1:
         raise TypeError(f'allreduce needs arrays of one dtype, got '
                         f'{dtypes}. Cast them to the same dtype first.')
-    if len(data) == 1:
-        return  # one array shares memory with no other
-    seen = {}
+    on_device = {}
     for i, x in enumerate(data):
-        key = memory_of(x)
-        if key in seen:
-            raise ValueError(f'data[{seen[key]}] and data[{i}] share memory, '
-                             f'so summing in place would count it twice. '
-                             f'Give each device its own copy (get_params '
-                             f'makes one).')
-        seen[key] = i
+        device = None if device_of is None else str(device_of(x))
+        on_device.setdefault(device, []).append(i)
+    for indices in on_device.values():
+        seen = {}
+        for i in indices if len(indices) > 1 else ():
+            key = memory_of(data[i])
+            if key in seen:
+                raise ValueError(f'data[{seen[key]}] and data[{i}] share '
+                                 f'memory, so summing in place would count '
+                                 f'it twice. Give each device its own copy '
+                                 f'(get_params makes one).')
+            seen[key] = i
 
 
 # --------------------------------------------------------------------------
@@ -343,9 +352,29 @@ class TrainResult:
 # --------------------------------------------------------------------------
 # Concise training: what both frameworks' `train_concise` share
 # --------------------------------------------------------------------------
-def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs):
+def check_lr(lr):
+    """`lr`, or a ValueError when it is not a finite number above 0."""
+    if (isinstance(lr, bool) or not isinstance(lr, numbers.Real)
+            or not math.isfinite(lr) or lr <= 0):
+        raise ValueError(f'The learning rate must be a finite number above '
+                         f'0, got {lr!r}: try 0.1.')
+    return lr
+
+
+def diverged(epoch, lr):
+    """The error for parameters that became NaN or infinite in `epoch`."""
+    check_lr(lr)
+    return FloatingPointError(
+        f'Training diverged in epoch {epoch + 1}: the parameters hold NaN '
+        f'or infinite values. The learning rate {lr} is too large for this '
+        f'model and data: try a smaller one, e.g. {lr / 10:g}.')
+
+
+def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs,
+                  lr=0.1):
     """The devices as a list, or a ValueError that says what to change."""
     devices = check_devices(devices)
+    check_lr(lr)
     k = len(devices)
     if not isinstance(batch_size, numbers.Integral):
         raise ValueError(f'batch_size must be an integer, got '
@@ -415,6 +444,30 @@ def epoch_shards(num_examples, batch_size, rank=0, world_size=1, seed=0):
     for i in range(num_examples // batch_size):
         start = i * batch_size + rank * b
         yield order[start:start + b]
+
+
+def choose_gpu(num_gpus, local_rank, local_processes):
+    """Where process `local_rank` of the `local_processes` that train on
+    this machine runs, as ``(gpu, notice)``: `gpu` is the index of its GPU,
+    or None for the CPU; `notice` says why the processes use the CPU when
+    there are GPUs (else it is None).
+
+    Each process needs a GPU of its own (PyTorch's NCCL backend refuses two
+    processes on one GPU), and all processes use the same kind of device
+    (one backend for all). So with fewer GPUs than processes, every process
+    trains on the CPU; with enough, process i takes GPU i."""
+    if not 0 <= local_rank < local_processes:
+        raise ValueError(f'local rank {local_rank} is not one of the '
+                         f'{local_processes} processes of this machine.')
+    if num_gpus >= local_processes:
+        return local_rank, None
+    if num_gpus == 0:
+        return None, None  # the CPU, as expected: nothing to explain
+    return None, (f'{local_processes} processes but only {num_gpus} GPU(s) '
+                  f'on this machine: all processes train on the CPU, since '
+                  f'each one needs a GPU of its own (with PyTorch, NCCL '
+                  f'cannot share one between processes). Start at most '
+                  f'{num_gpus} process(es) to train on the GPU(s).')
 
 
 # --------------------------------------------------------------------------
@@ -487,9 +540,14 @@ def training_arguments(description, who):
     p.add_argument('--num-train', type=int, default=None)
     p.add_argument('--num-test', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--cpu', action='store_true',
+                   help='train on the CPU even when there are GPUs')
     p.add_argument('--crash-at-step', type=int, default=None,
                    help='to test failure handling: --crash-rank fails here')
     p.add_argument('--crash-rank', type=int, default=0)
+    p.add_argument('--leave-a-child', action='store_true',
+                   help='to test the cleanup: every process starts a '
+                   'process that outlives it')
     return p
 
 
@@ -497,7 +555,11 @@ def shards_of_epoch(args, num_examples, rank, world, epoch, step):
     """For the training scripts: this rank's shard of every global batch of
     `epoch`, as ``(step, indices)`` with the step counted on from `step`.
     With ``--crash-at-step`` the process ``--crash-rank`` fails at that
-    step (how the tests check that a crash ends the run cleanly)."""
+    step (how the tests check that a crash ends the run cleanly). With
+    ``--leave-a-child`` every process first starts a process that outlives
+    it (how the tests check that the launcher stops those too)."""
+    if args.leave_a_child and step == 0:
+        leave_a_child(args.out, rank)
     for idx in epoch_shards(num_examples, args.batch_size, rank, world,
                             seed=(args.seed, epoch)):
         step += 1
@@ -505,6 +567,19 @@ def shards_of_epoch(args, num_examples, rank, world, epoch, step):
             raise RuntimeError(f'rank {rank} crashes at step {step}, as '
                                f'asked by --crash-at-step')
         yield step, idx
+
+
+def leave_a_child(out, rank):
+    """Start a process that sleeps for 10 minutes in a session of its own,
+    where no signal to our process group reaches it, and say its pid on
+    stdout. Its command line names `out`, so that a test can find it."""
+    import subprocess
+    import sys
+    child = subprocess.Popen(
+        [sys.executable, '-c', 'import time; time.sleep(600)', out],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    print(f'd2lpar: rank {rank} left process {child.pid} behind', flush=True)
 
 
 def write_json(path, data):
@@ -584,7 +659,12 @@ def read_idx(path):
 
 def fetch_fashion_mnist(split, root=None):
     """Return (images, labels) of the real Fashion-MNIST `split`, from the
-    cache or the network; None when offline and the files are missing."""
+    cache or the network; None when offline and the files are missing, or
+    when a download arrives damaged (then it says why, once).
+
+    The files come from ``$D2LPAR_FASHION_MNIST_URL`` (a mirror's base URL
+    ending in '/', e.g. a local server) if set, else FASHION_MNIST_URL;
+    either way they must match the MD5s of FASHION_MNIST_FILES."""
     global _offline
     folder = os.path.join(root or data_dir(), 'FashionMNIST', 'raw')
     base = os.environ.get('D2LPAR_FASHION_MNIST_URL', FASHION_MNIST_URL)
@@ -605,6 +685,8 @@ def fetch_fashion_mnist(split, root=None):
             except (OSError, DataError) as e:
                 _offline = isinstance(e, OSError)
                 error = e
+                if isinstance(e, DataError) and not cached:
+                    say_once(str(e))  # not "offline?": a damaged file
         if cached:
             raise DataError(f'{path} {problem} (checksum mismatch) and '
                             f'could not be fetched again ({error}). Delete '

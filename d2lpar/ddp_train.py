@@ -2,8 +2,9 @@
 DistributedDataParallel (DDP): one process per device, on one machine or
 on several.
 
-One machine, two processes (the CPU: backend gloo; GPUs: nccl, process i
-on cuda:i)::
+One machine, two processes (GPUs: backend nccl, process i on cuda:i;
+the CPU: gloo, also when the machine has fewer GPUs than processes, since
+NCCL needs a GPU per process)::
 
     torchrun --standalone --nproc-per-node 2 -m d2lpar.ddp_train --out OUT
 
@@ -14,8 +15,10 @@ Several machines: the same command on each, pointing at the first one
         --rdzv-endpoint HOST:29500 -m d2lpar.ddp_train --out OUT
 
 (the c10d rendezvous numbers the machines itself; ``--node-rank R`` is
-only needed with ``--rdzv-backend static``). From Python,
-``d2lpar.distributed.launch_torch`` runs the first command on loopback.
+only needed with ``--rdzv-backend static``). To train on GPUs, every
+machine needs G of them; if one has fewer, pass ``--cpu`` on all machines
+(one backend for all). From Python, ``d2lpar.distributed.launch_torch``
+runs the first command on loopback.
 
 The global batch (``--batch-size``) is cut into equal contiguous shards,
 one per process. Every process starts from the same parameters (drawn from
@@ -105,8 +108,6 @@ def timed_allreduce(timer, bucket):
 
 def parse_args(argv=None):
     p = _common.training_arguments(__doc__.split('\n\n')[0], 'processes')
-    p.add_argument('--cpu', action='store_true', help='gloo on the CPU '
-                   'even when there are GPUs')
     return p.parse_args(argv)
 
 
@@ -119,17 +120,19 @@ def main(argv=None):
                          'd2lpar.ddp_train --out OUT')
     rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
     local_rank = int(os.environ['LOCAL_RANK'])
+    local_world = int(os.environ['LOCAL_WORLD_SIZE'])  # on this machine
     B = args.batch_size
     if B % world:
         raise ValueError(f'--batch-size {B} cannot be cut into {world} equal '
                          f'shards: pass a multiple of {world}.')
     b = B // world  # this process's shard of every global batch
-    cuda = torch.cuda.is_available() and not args.cpu
+    gpu, notice = _common.choose_gpu(
+        0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
+    if notice and local_rank == 0:
+        print(f'd2lpar: {notice}', flush=True)
+    cuda = gpu is not None
     if cuda:
-        if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f'local rank {local_rank} has no GPU: this '
-                               f'machine has {torch.cuda.device_count()}.')
-        device = torch.device(f'cuda:{local_rank}')
+        device = torch.device('cuda', gpu)
         torch.cuda.set_device(device)
     else:
         device = torch.device('cpu')
@@ -149,6 +152,7 @@ def main(argv=None):
     total_steps = len(y_train) // B * args.epochs
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
     step, compute, communication = 0, 0.0, 0.0
+    first_shards = []  # this process's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     dist.barrier()  # start the clocks together
@@ -156,6 +160,8 @@ def main(argv=None):
     for epoch in range(args.epochs):
         for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
                                                  world, epoch, step):
+            if len(first_shards) == epoch:  # the order changes per epoch
+                first_shards.append(idx.tolist())
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = time.perf_counter()
@@ -183,7 +189,8 @@ def main(argv=None):
             'host': socket.gethostname(), 'backend': backend,
             'device': str(device), 'steps': step, 'examples': step * b,
             'seconds_compute': compute,
-            'seconds_communication': communication, 'seconds_total': total}
+            'seconds_communication': communication, 'seconds_total': total,
+            'first_shard_of_epoch': first_shards}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank == 0:

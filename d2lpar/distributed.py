@@ -4,9 +4,11 @@ the command lines that run it on several machines.
 Framework-free: the training itself runs in other processes, the PyTorch
 script ``d2lpar.ddp_train`` under ``torchrun`` and the MXNet script
 ``d2lpar.kvstore_train`` as scheduler, server and workers, all on the
-loopback interface (127.0.0.1). This module imports neither framework.
-Every process computes with one thread (OMP_NUM_THREADS=1, unless the
-environment says otherwise), so k processes stand for k one-core machines.
+loopback interface (127.0.0.1). This module imports a framework only to
+count the GPUs. Every process computes with one thread (OMP_NUM_THREADS=1,
+unless the environment says otherwise), so k processes stand for k
+one-core machines. With fewer GPUs than processes, all processes train on
+the CPU (see `_common.choose_gpu`), and the launcher says so.
 
 A failed or stuck run never leaves processes behind: each child starts in
 a session of its own, with a mark in its environment that its own
@@ -233,6 +235,24 @@ def _prepare(out_dir, num_workers, timeout):
     return out_dir
 
 
+def _device_options(framework, num_gpus, num_workers):
+    """The script options that put `num_workers` processes on this
+    machine's devices: ``['--cpu']`` when they cannot each have a GPU of
+    their own (printing why, if there are GPUs), else ``[]``.
+    `num_gpus` None: ask `framework` how many GPUs it sees."""
+    if num_gpus is None:
+        if framework == 'torch':
+            import torch
+            num_gpus = torch.cuda.device_count()
+        else:
+            import mxnet
+            num_gpus = mxnet.context.num_gpus()
+    gpu, notice = _common.choose_gpu(num_gpus, 0, num_workers)
+    if notice:
+        print(notice)
+    return ['--cpu'] if gpu is None else []
+
+
 def _env(extra=()):
     env = dict(os.environ, PYTHONUNBUFFERED='1', **dict(extra))
     path = env.get('PYTHONPATH')
@@ -264,18 +284,21 @@ def _torch_failure(log):
 
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,
-                 timeout=300):
+                 timeout=300, num_gpus=None):
     """Run ``d2lpar.ddp_train`` in `num_workers` processes under torchrun on
     127.0.0.1 (rendezvous at `port`, default: a free one) and return a
     `DistributedResult`. Raises RuntimeError, with the failing rank and
     the end of the log, when a process fails or `timeout` seconds pass;
-    no process is left behind either way."""
+    no process is left behind either way. The processes train on GPUs
+    when there are `num_gpus` >= `num_workers` (default: as many as
+    PyTorch sees), else all on the CPU."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
+    devices = _device_options('torch', num_gpus, num_workers)
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
            '--nproc-per-node', str(num_workers), '--rdzv-backend', 'c10d',
            '--rdzv-endpoint', f'{HOST}:{port}', '--max-restarts', '0',
-           '-m', 'd2lpar.ddp_train', '--out', out_dir,
+           '-m', 'd2lpar.ddp_train', '--out', out_dir, *devices,
            *map(str, script_args)]
     with Processes(out_dir) as run:
         proc = run.start('torchrun', cmd, _env())
@@ -312,18 +335,31 @@ def _worker_rank(run, name):
     return int(found[1]) if found else None
 
 
+def _exit_status(proc):
+    """'code 1', or 'signal SIGKILL' for a process killed by a signal."""
+    if proc.returncode < 0:
+        try:
+            return f'signal {signal.Signals(-proc.returncode).name}'
+        except ValueError:
+            pass
+    return f'code {proc.returncode}'
+
+
 def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
-                   timeout=300):
+                   timeout=300, num_gpus=None):
     """Run ``d2lpar.kvstore_train`` with the ``dist_sync`` KVStore on
     127.0.0.1: a scheduler (at `port`, default: a free one), one server
     and `num_workers` workers. Returns a `DistributedResult`. Raises
-    RuntimeError, naming the failed worker with the end of its log, when
-    a process fails or `timeout` seconds pass, after stopping them all:
-    the scheduler and server would otherwise wait forever."""
+    RuntimeError, naming the failed worker (or scheduler, or server) with
+    the end of its log, when a process fails or `timeout` seconds pass,
+    after stopping them all: the others would otherwise wait forever.
+    The workers train on GPUs when there are `num_gpus` >= `num_workers`
+    (default: as many as MXNet sees), else all on the CPU."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
+    devices = _device_options('mxnet', num_gpus, num_workers)
     cmd = [sys.executable, '-m', 'd2lpar.kvstore_train', '--out', out_dir,
-           *map(str, script_args)]
+           *devices, *map(str, script_args)]
     dmlc = {'DMLC_PS_ROOT_URI': HOST, 'DMLC_PS_ROOT_PORT': str(port),
             'DMLC_NUM_SERVER': '1', 'DMLC_NUM_WORKER': str(num_workers),
             'DMLC_NODE_HOST': HOST}
@@ -335,7 +371,8 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                 {**dmlc, 'DMLC_ROLE': role}))
         workers = {f'worker-process-{i}': run.start(
             f'worker-process-{i}', cmd,
-            _env({**dmlc, 'DMLC_ROLE': 'worker'}))
+            _env({**dmlc, 'DMLC_ROLE': 'worker', 'D2LPAR_LOCAL_RANK': str(i),
+                  'D2LPAR_LOCAL_WORKERS': str(num_workers)}))
             for i in range(num_workers)}
         while True:
             for name, p in workers.items():
@@ -351,8 +388,11 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
             for role, p in helpers.items():
                 if p.poll():  # exited, and not with 0
                     raise RuntimeError(
-                        f'The MXNet {role} exited with code {p.returncode} '
-                        f'before the workers were done. End of '
+                        f'MXNet training with {num_workers} workers failed: '
+                        f'the {role} exited with {_exit_status(p)} before '
+                        f'the workers were done. Stopped all its processes '
+                        f'(the workers would wait for it forever); see its '
+                        f'log, then run the training again. End of '
                         f'{run.logs[role]}:\n{run.tail(role)}')
             if all(p.poll() == 0 for p in workers.values()):
                 break
@@ -432,7 +472,9 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
         lines.append(f'[{first}]$ DMLC_ROLE=scheduler {env} {run} &')
         for host in hosts:
             lines.append(f'[{host}]$ DMLC_ROLE=server {env} {run} &')
-            lines += [f'[{host}]$ DMLC_ROLE=worker {env} {run} &'] * g
+            lines += [f'[{host}]$ DMLC_ROLE=worker D2LPAR_LOCAL_RANK={i} '
+                      f'D2LPAR_LOCAL_WORKERS={g} {env} {run} &'
+                      for i in range(g)]  # worker i takes GPU i
     else:
         raise ValueError(f"framework is 'torch' or 'mxnet', got "
                          f'{framework!r}.')

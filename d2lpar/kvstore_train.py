@@ -18,6 +18,11 @@ DMLC_NUM_WORKER counting all of them. From Python,
 ``d2lpar.distributed.launch_kvstore`` starts them all on loopback, and
 ``d2lpar.distributed.command_for_machines`` writes the command lines.
 
+A worker trains on GPU i when it is worker i of the G on its machine
+(D2LPAR_LOCAL_RANK=i, D2LPAR_LOCAL_WORKERS=G; by default its rank among
+all DMLC_NUM_WORKER workers) and MXNet sees at least G GPUs there; else
+every worker trains on the CPU, as ``d2lpar.ddp_train`` does.
+
 A scheduler or server never gets past ``import mxnet``: MXNet sees its
 role, serves inside the import until the workers are done, then exits.
 
@@ -110,7 +115,13 @@ def main(argv=None):
         raise ValueError(f'--batch-size {B} cannot be cut into {world} equal '
                          f'shards: pass a multiple of {world}.')
     b = B // world  # this worker's shard of every global batch
-    ctx = mx.cpu()
+    local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
+    local_workers = int(os.environ.get('D2LPAR_LOCAL_WORKERS', world))
+    gpu, notice = _common.choose_gpu(
+        0 if args.cpu else mx.context.num_gpus(), local_rank, local_workers)
+    if notice and local_rank == 0:
+        print(f'd2lpar: {notice}', flush=True)
+    ctx = mx.cpu() if gpu is None else mx.gpu(gpu)
 
     X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
         args.num_train, args.num_test)
@@ -131,6 +142,7 @@ def main(argv=None):
                              'lr_scheduler': schedule}, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
     step, compute, communication = 0, 0.0, 0.0
+    first_shards = []  # this worker's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     if args.kvstore.startswith('dist'):
@@ -139,6 +151,8 @@ def main(argv=None):
     for epoch in range(args.epochs):
         for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
                                                  world, epoch, step):
+            if len(first_shards) == epoch:  # the order changes per epoch
+                first_shards.append(idx.tolist())
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
             t0 = time.perf_counter()
@@ -165,7 +179,8 @@ def main(argv=None):
     mine = {'rank': rank, 'world_size': world, 'host': socket.gethostname(),
             'backend': args.kvstore, 'device': str(ctx), 'steps': step,
             'examples': step * b, 'seconds_compute': compute,
-            'seconds_communication': communication, 'seconds_total': total}
+            'seconds_communication': communication, 'seconds_total': total,
+            'first_shard_of_epoch': first_shards}
     if rank == 0:
         mine['test_acc'] = evaluate(net, X_test, y_test, ctx)
         result = {'framework': 'mxnet', 'world_size': world,

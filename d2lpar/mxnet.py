@@ -311,20 +311,25 @@ def _memory(x):
     MXNet allocates the output of a queued operation only when the engine
     runs it. Asking for the data pointer of an array not yet allocated
     allocates it on this thread, which races with the engine thread doing
-    the same: the array can end up reading memory nobody wrote. So wait
-    for the array first (without the wait, about 0.2% of freshly computed
-    arrays came out corrupted: tests/test_collectives.py)."""
+    the same: the array can end up reading memory nobody wrote (about 0.2%
+    of freshly computed arrays did). So wait for the array first. The
+    check of `allreduce` asks this only of arrays that share a device, so
+    one gradient per device is summed without waiting."""
     x.wait_to_read()
     pointer = ctypes.c_void_p()
     check_call(_LIB.MXNDArrayGetData(x.handle, ctypes.byref(pointer)))
     return (str(x.ctx), pointer.value) if x.size else id(x)
 
 
+def _device_of(x):
+    return x.ctx
+
+
 def allreduce(data):
     """Sum the arrays of `data` (one per device) in place: afterwards every
     one holds the elementwise sum. The first device gathers and adds up
     everything, then sends the sum back (the book's simple version)."""
-    check_allreduce(data, memory_of=_memory)
+    check_allreduce(data, memory_of=_memory, device_of=_device_of)
     for i in range(1, len(data)):
         np.add(data[0], data[i].as_in_ctx(data[0].ctx), out=data[0])
     for i in range(1, len(data)):
@@ -348,7 +353,7 @@ def _copy_into(src, dst):
 def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
-    check_allreduce(data, memory_of=_memory)
+    check_allreduce(data, memory_of=_memory, device_of=_device_of)
     _common.ring_allreduce_with(data, _flat, _copy_like,
                                 copy_into=_copy_into)
 
@@ -407,6 +412,15 @@ def evaluate_accuracy(net, data_iter, device=None):
 # `train` reads the same in d2lpar.torch: the lesson shows it as one
 # framework-free cell, and tests/test_notebooks.py keeps both copies equal
 # to that cell.
+def check_finite(params, epoch, lr):
+    """Raise an error that names the epoch when `params` hold NaN or
+    infinite values (training diverged), or when `lr` is not a finite
+    number above 0; a lesson calls it after each epoch."""
+    if not all(bool(np.isfinite(p).all()) for p in params):
+        raise _common.diverged(epoch, lr)
+    _common.check_lr(lr)
+
+
 def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
           num_test=None, params=None, reduce=allreduce, plot=True):
     """Train the LeNet of the lesson from scratch with data parallelism on
@@ -430,6 +444,8 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
             num_examples += len(y)
         synchronize(devices)  # wait once per epoch, not once per batch
         timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        check_finite(device_params[0], epoch, lr)
         # Evaluate on the first device only: simple, though the others idle
         accs.append(evaluate_accuracy(
             lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
@@ -555,6 +571,9 @@ def fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
             step += 1
         npx.waitall()
         seconds = timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        check_finite([p.data(devices[0]) for p in
+                      net.collect_params().values()], epoch, lr)
         # Outside autograd.record, batch norm uses its running statistics
         report(epoch, evaluate_accuracy(net, test_iter, devices[0]), seconds)
 
@@ -573,7 +592,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     statistics differ between devices, so evaluate on ``devices[0]``, as
     the reported accuracies are), and returns a `TrainResult`."""
     devices = _common.check_concise(batch_size, devices, num_train,
-                                    num_epochs, warmup_epochs)
+                                    num_epochs, warmup_epochs, lr)
 
     def train(report):
         net.collect_params().reset_ctx(devices)  # a copy on every device

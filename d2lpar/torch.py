@@ -350,11 +350,15 @@ def _memory(x):
     return (str(x.device), x.data_ptr()) if x.numel() else id(x)
 
 
+def _device_of(x):
+    return x.device
+
+
 def allreduce(data):
     """Sum the arrays of `data` (one per device) in place: afterwards every
     one holds the elementwise sum. The first device gathers and adds up
     everything, then sends the sum back (the book's simple version)."""
-    check_allreduce(data, memory_of=_memory)
+    check_allreduce(data, memory_of=_memory, device_of=_device_of)
     with torch.no_grad():
         for i in range(1, len(data)):
             data[0].add_(data[i].to(data[0].device))
@@ -376,7 +380,7 @@ def _copy_like(src, dst):
 def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
-    check_allreduce(data, memory_of=_memory)
+    check_allreduce(data, memory_of=_memory, device_of=_device_of)
     with torch.no_grad():
         _common.ring_allreduce_with(data, _flat, _copy_like)
 
@@ -439,6 +443,15 @@ def evaluate_accuracy(net, data_iter, device=None):
 # `train` reads the same in d2lpar.mxnet: the lesson shows it as one
 # framework-free cell, and tests/test_notebooks.py keeps both copies equal
 # to that cell.
+def check_finite(params, epoch, lr):
+    """Raise an error that names the epoch when `params` hold NaN or
+    infinite values (training diverged), or when `lr` is not a finite
+    number above 0; a lesson calls it after each epoch."""
+    if not all(bool(torch.isfinite(p).all()) for p in params):
+        raise _common.diverged(epoch, lr)
+    _common.check_lr(lr)
+
+
 def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
           num_test=None, params=None, reduce=allreduce, plot=True):
     """Train the LeNet of the lesson from scratch with data parallelism on
@@ -462,6 +475,8 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
             num_examples += len(y)
         synchronize(devices)  # wait once per epoch, not once per batch
         timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        check_finite(device_params[0], epoch, lr)
         # Evaluate on the first device only: simple, though the others idle
         accs.append(evaluate_accuracy(
             lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
@@ -588,6 +603,8 @@ def fit(model, net, device, rank, world_size, batch_size, lr, num_epochs,
             step += 1
         synchronize([device])
         seconds = timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        check_finite(list(net.parameters()), epoch, lr)
         if rank == 0:  # net, not model: DDP's forward waits for the others
             net.eval()  # batch norm: use the running statistics
             report(epoch, evaluate_accuracy(net, test_iter, device), seconds)
@@ -766,7 +783,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     script that calls this on several devices must do so under
     ``if __name__ == '__main__':``."""
     devices = [torch.device(d) for d in _common.check_concise(
-        batch_size, devices, num_train, num_epochs, warmup_epochs)]
+        batch_size, devices, num_train, num_epochs, warmup_epochs, lr)]
     settings = (batch_size, lr, num_epochs, num_train, num_test,
                 warmup_epochs)
 

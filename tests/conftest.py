@@ -102,8 +102,32 @@ class Backend:
             return self._fw.device(device).type == 'cpu'
         return device.device_type == 'cpu'
 
+    def gpu_device(self, i):
+        """The device object of GPU `i`, made by the framework itself (not
+        by d2lpar): creating it allocates nothing and needs no GPU."""
+        if self.name == 'torch':
+            return self._fw.device('cuda', i)
+        return self._fw.npx.gpu(i)
+
+    def framework_gpus(self):
+        """How many GPUs the framework itself reports."""
+        if self.name == 'torch':
+            return self._fw.cuda.device_count()
+        return self._fw.context.num_gpus()
+
+    def simulate_gpus(self, monkeypatch, n):
+        """Make the framework report `n` GPUs for the rest of the test.
+        Only the count is faked; see the `gpus` fixture."""
+        if self.name == 'torch':
+            monkeypatch.setattr(self._fw.cuda, 'device_count', lambda: n)
+            monkeypatch.setattr(self._fw.cuda, 'is_available', lambda: n > 0)
+        else:  # npx.num_gpus is context.num_gpus, bound in two modules
+            monkeypatch.setattr(self._fw.npx, 'num_gpus', lambda: n)
+            monkeypatch.setattr(self._fw.context, 'num_gpus', lambda: n)
+
     def stand_ins(self, k):
-        """What try_devices(k) must return on a machine without a GPU."""
+        """What try_devices(k) must return when there are fewer than k
+        GPUs."""
         if self.name == 'torch':
             return [self._fw.device('cpu', i) for i in range(k)]
         return [self._fw.npx.cpu(i) for i in range(k)]
@@ -142,6 +166,34 @@ def _test_env(monkeypatch, data_root):
 @pytest.fixture(scope='session', params=BACKENDS)
 def backend(request):
     return get_backend(request.param)
+
+
+# The GPU counts that the device tests (test_api.py, "Devices") run with:
+# the machine's own, and 0, 1 and 2 simulated GPUs.
+GPU_COUNTS = ('real', 'sim0', 'sim1', 'sim2')
+
+
+@pytest.fixture(params=GPU_COUNTS)
+def gpus(request, backend, monkeypatch):
+    """The number of GPUs `backend` reports during this test: the
+    machine's own ('real'), or 0, 1 or 2 simulated ones ('simN').
+
+    A simulated GPU is only a count: torch.cuda.device_count and
+    torch.cuda.is_available, or MXNet's num_gpus, are patched to say N.
+    What such a run checks is d2lpar's device logic with N GPUs (num_gpus,
+    gpu, try_gpu, try_all_gpus, try_devices and what they print), so on a
+    CPU-only machine the GPU branches of that logic run too. It checks
+    nothing about GPUs themselves. A test that takes this fixture may make
+    and compare device objects (torch.device('cuda', 1), mxnet.gpu(1)),
+    but must not allocate, copy or compute on them (no tensors, no
+    synchronize): a simulated GPU would fail there, or, worse, a real one
+    would be used behind the simulated count. Computing on real GPUs is
+    for tests/gpu (make test-gpu)."""
+    if request.param == 'real':
+        return backend.framework_gpus()
+    n = int(request.param[len('sim'):])
+    backend.simulate_gpus(monkeypatch, n)
+    return n
 
 
 @pytest.fixture

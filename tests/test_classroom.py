@@ -1,8 +1,8 @@
 """What students do to a lesson: run it all twice in one kernel (offline,
 with an empty data cache), and interrupt training. Both must leave a
 working kernel and right results."""
-import json
 import pathlib
+import queue
 import time
 
 import nbformat
@@ -51,41 +51,91 @@ BACKENDS = {'torch': 'from d2lpar import torch as d2l',
             'mxnet': 'from d2lpar import mxnet as d2l'}
 
 
-def execute(client, code, timeout=120):
-    """Run `code` in the kernel; return (status, stdout text)."""
-    msg_id = client.execute(code)
-    out = []
-    deadline = time.time() + timeout
+def wait_for(client, msg_id, condition, timeout, what):
+    """Read the kernel's iopub messages about request `msg_id` until
+    `condition(msg)` holds (other requests' messages are dropped); return
+    those read, the last one included. Fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    seen = []
     while True:
-        msg = client.get_iopub_msg(timeout=max(1, deadline - time.time()))
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise queue.Empty
+            msg = client.get_iopub_msg(timeout=left)
+        except queue.Empty:
+            pytest.fail(f'no {what} from the kernel within {timeout} s; '
+                        f'it sent: {[m["msg_type"] for m in seen]}')
         if msg['parent_header'].get('msg_id') != msg_id:
             continue
-        if msg['msg_type'] == 'stream':
-            out.append(msg['content']['text'])
-        if msg['msg_type'] == 'status' and \
-                msg['content']['execution_state'] == 'idle':
-            break
-    reply = client.get_shell_msg(timeout=30)
-    return reply['content']['status'], ''.join(out), reply['content']
+        seen.append(msg)
+        if condition(msg):
+            return seen
+
+
+def is_idle(msg):
+    return msg['msg_type'] == 'status' and \
+        msg['content']['execution_state'] == 'idle'
+
+
+def stdout(msgs):
+    return ''.join(m['content']['text'] for m in msgs
+                   if m['msg_type'] == 'stream')
+
+
+def shell_reply(client, msg_id, timeout):
+    """The kernel's reply to request `msg_id`. Other replies are dropped:
+    start_new_kernel may leave an extra kernel_info reply behind."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply = client.get_shell_msg(
+                timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f'no reply from the kernel within {timeout} s')
+        if reply['parent_header'].get('msg_id') == msg_id:
+            return reply
+
+
+def execute(client, code, timeout=120):
+    """Run `code` in the kernel; return (status, stdout text, reply)."""
+    msg_id = client.execute(code)
+    out = stdout(wait_for(client, msg_id, is_idle, timeout, 'idle status'))
+    reply = shell_reply(client, msg_id, 30)
+    return reply['content']['status'], out, reply['content']
+
+
+# Says on stdout when the third training step starts: `train` looks up
+# train_batch in the module, so it calls this wrapper.
+SAY_STEP = '''
+import itertools
+_steps, _train_batch = itertools.count(1), d2l.train_batch
+def train_batch(*args, **kwargs):
+    if next(_steps) == 3:
+        print('step 3', flush=True)
+    return _train_batch(*args, **kwargs)
+d2l.train_batch = train_batch
+'''
 
 
 @pytest.mark.parametrize('backend', BACKENDS)
 def test_interrupted_training_leaves_a_working_kernel(backend, tmp_path):
     km, kc = start_new_kernel(kernel_name='python3', cwd=str(tmp_path))
     try:
-        status, _, _ = execute(kc, BACKENDS[backend])
+        status, _, _ = execute(kc, BACKENDS[backend] + SAY_STEP)
         assert status == 'ok'
         msg_id = kc.execute('d2l.train(1, 64, 0.2, num_epochs=1000, '
                             'num_train=2000, num_test=200, plot=False)')
-        time.sleep(4)  # well inside the first epochs
+        # Interrupt inside the training loop, once it has taken two steps
+        wait_for(kc, msg_id, lambda m: 'step 3' in stdout([m]), 120,
+                 'training step')
         km.interrupt_kernel()
-        while True:
-            reply = kc.get_shell_msg(timeout=60)
-            if reply['parent_header'].get('msg_id') == msg_id:
-                break
+        reply = shell_reply(kc, msg_id, 60)
         assert reply['content']['status'] == 'error'
         assert reply['content']['ename'] == 'KeyboardInterrupt'
-        time.sleep(1)  # ipykernel drops requests that arrive with an error
+        # After an error, ipykernel aborts the execute requests that reach
+        # it before it is done with the failed one: wait until it is idle
+        wait_for(kc, msg_id, is_idle, 60, 'idle status after the interrupt')
         status, out, content = execute(kc, 'r = d2l.train(2, 64, 0.2, '
                                        'num_epochs=1, num_train=1000, '
                                        'num_test=200, plot=False)\n'

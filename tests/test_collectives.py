@@ -158,20 +158,119 @@ def test_reduce_of_two_arrays_sharing_memory(backend, reduce):
     _assert_unchanged(backend, data, before)
 
 
+@pytest.fixture
+def mxnet_backend():
+    from conftest import get_backend
+    return get_backend('mxnet')
+
+
+@pytest.fixture
+def mxnet_spy(monkeypatch):
+    """Records, in order, every wait for an MXNet array and every read of
+    an array's data pointer, each with the array's handle."""
+    import mxnet
+    from mxnet.base import _LIB
+    events = []
+    wait, get_data = mxnet.nd.NDArray.wait_to_read, _LIB.MXNDArrayGetData
+
+    def spy_wait(self):
+        events.append(('wait', self.handle.value))
+        return wait(self)
+
+    def spy_get_data(handle, out):
+        events.append(('pointer', handle.value))
+        return get_data(handle, out)
+
+    monkeypatch.setattr(mxnet.nd.NDArray, 'wait_to_read', spy_wait)
+    monkeypatch.setattr(_LIB, 'MXNDArrayGetData', spy_get_data)
+    return events
+
+
 @pytest.mark.parametrize('reduce', REDUCES)
-def test_reduce_of_arrays_still_being_computed(backend, reduce):
-    """Gradients reach allreduce while the engine may still be computing
-    them. Checking them for shared memory must not disturb them: in MXNet,
-    asking for the data pointer of an array the engine has yet to allocate
-    raced with the engine and corrupted about 0.2% of such arrays."""
-    devices = backend.try_devices(2)
-    wrong = 0
-    for _ in range(3000):
-        data = [backend.full(4096, i + 1.0, d) for i, d in enumerate(devices)]
-        getattr(backend, reduce)(data)
-        wrong += sum(not np.array_equal(backend.numpy(x), np.full(4096, 3.0))
-                     for x in data)
-    assert wrong == 0
+def test_mxnet_reads_a_data_pointer_only_after_waiting(mxnet_backend,
+                                                        mxnet_spy, reduce):
+    """Asking MXNet for the data pointer of an array that the engine has
+    yet to allocate races with the engine (about 0.2% of freshly computed
+    arrays came out corrupted). Arrays on one device are compared by their
+    data pointers, so each must be waited for before its pointer is read."""
+    device = mxnet_backend.cpu()
+    data = [mxnet_backend.full(4096, i + 1.0, device) for i in range(3)]
+    getattr(mxnet_backend, reduce)(data)
+    pointers = [h for what, h in mxnet_spy if what == 'pointer']
+    assert len(pointers) >= 3
+    for handle in pointers:
+        first = mxnet_spy.index(('pointer', handle))
+        assert ('wait', handle) in mxnet_spy[:first], \
+            'data pointer read before the array was ready'
+    for x in data:
+        np.testing.assert_array_equal(mxnet_backend.numpy(x),
+                                      np.full(4096, 6.0))
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+def test_mxnet_sums_gradients_still_being_computed_without_waiting(
+        mxnet_backend, mxnet_spy, reduce):
+    """One array per device cannot share memory, so allreduce neither
+    waits for them nor reads their data pointers: the backward pass of
+    each device can still be running while its sum is queued (a wait here
+    would be a hidden barrier, killing the overlap of lesson 2)."""
+    mx_np = mxnet_backend.module.np
+    devices = mxnet_backend.try_devices(2)
+    big = [mx_np.ones((600, 600), ctx=d) for d in devices]
+    for _ in range(2):  # warm up
+        mxnet_backend.numpy(mx_np.dot(big[0], big[0]))
+    data = []
+    for i, d in enumerate(devices):
+        x = big[i]
+        for _ in range(20):  # queued, about 0.1 s of work per device
+            x = mx_np.dot(x, big[i]) / 600
+        data.append(x * (i + 1))
+    del mxnet_spy[:]
+    getattr(mxnet_backend, reduce)(data)
+    assert mxnet_spy == []  # neither a wait nor a data pointer
+    for x in data:
+        np.testing.assert_allclose(mxnet_backend.numpy(x),
+                                   np.full((600, 600), 3.0), rtol=1e-5)
+
+
+def _sender(backend, src, data):
+    """Which device's array the chunk `src` is a piece of."""
+    if backend.name == 'torch':  # stand-in tensors all say 'cpu'
+        ends = [(x.data_ptr(), x.data_ptr() + x.numel() * x.element_size())
+                for x in data]
+        return next(i for i, (lo, hi) in enumerate(ends)
+                    if lo <= src.data_ptr() < hi)
+    return [x.ctx for x in data].index(src.ctx)
+
+
+@pytest.mark.parametrize('k,n', [(2, 12), (3, 12), (4, 13), (5, 7)])
+def test_ring_allreduce_sends_2_k_minus_1_over_k_of_the_data(
+        backend, monkeypatch, k, n):
+    """The ring's selling point: every device sends 2(k-1)/k of the data
+    (k-1 chunks in the reduce-scatter, k-1 in the all-gather), whatever k
+    is, instead of the whole data k-1 times through one device."""
+    devices = backend.try_devices(k)
+    values = _values((n,), k, 'float32')
+    data = _on_devices(backend, values, devices)
+    sent = [0] * k
+    hooks = [h for h in ('_copy_like', '_copy_into')
+             if hasattr(backend.module, h)]
+
+    def counting(hook):
+        original = getattr(backend.module, hook)
+
+        def copy(src, *rest):
+            sent[_sender(backend, src, data)] += src.shape[0]
+            return original(src, *rest)
+        return copy
+
+    for hook in hooks:
+        monkeypatch.setattr(backend.module, hook, counting(hook))
+    backend.ring_allreduce(data)
+    _check_summed(backend, data, values, devices)
+    assert sum(sent) == 2 * (k - 1) * n
+    for count in sent:  # chunks of n // k or n // k + 1 elements
+        assert 2 * (k - 1) * (n // k) <= count <= 2 * (k - 1) * -(-n // k)
 
 
 def test_ring_allreduce_of_transposed_arrays(backend):
@@ -206,6 +305,23 @@ def _check_split(backend, X, y, X_np, y_np, devices):
     np.testing.assert_array_equal(X_back, X_np)
     np.testing.assert_array_equal(y_back, y_np)
     return sizes
+
+
+def test_split_batch_moves_features_and_labels_to_their_devices(backend):
+    """The batch comes from the CPU; every shard, labels included, must
+    move to its own device. PyTorch keeps the tensors of CPU stand-ins in
+    the CPU's memory, where placement cannot be seen, so there the shards
+    go to the `meta` device, which has no data but does have a name."""
+    X = backend.array(np.ones((6, 2), np.float32))
+    y = backend.array(np.arange(6, dtype=np.int32))
+    if backend.name == 'torch':
+        devices = [backend._fw.device('meta')] * 2
+    else:
+        devices = [backend._fw.npx.cpu(5), backend._fw.npx.cpu(6)]
+    X_shards, y_shards = backend.split_batch(X, y, devices)
+    where = [s.device if backend.name == 'torch' else s.ctx
+             for s in X_shards + y_shards]
+    assert where == devices + devices
 
 
 @pytest.mark.parametrize('n,k', [(12, 1), (12, 2), (12, 3), (7, 3), (7, 5),

@@ -1,20 +1,27 @@
 """Fashion-MNIST: IDX files, the checked and atomic download, the cache
 folder, the stand-in data set, and the loaders of both backends.
 
-The download tests serve small IDX files of our own from a file:// URL, so
-nothing goes to the network. Tests of the framework-free helpers in
+The download tests serve small IDX files of our own, from a file:// URL or
+from a local HTTP server that counts the requests, so nothing goes to the
+network. Tests of the framework-free helpers in
 `d2lpar._common` that no backend wraps (read_idx, download, the stand-in
 generator) run once; everything a backend exposes runs on both.
 """
+import collections
 import gzip
 import hashlib
+import http.server
 import json
 import os
+import re
+import select
 import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -55,11 +62,17 @@ def images_and_labels(n, seed):
             rng.integers(0, 10, n).astype(np.uint8))
 
 
-def test_idx_magic_numbers():
-    images, labels = images_and_labels(3, 0)
-    assert idx_bytes(images)[:4] == struct.pack('>I', 0x00000803)
-    assert idx_bytes(labels)[:4] == struct.pack('>I', 0x00000801)
-    assert idx_bytes(images)[4:16] == struct.pack('>3I', 3, 28, 28)
+def test_read_idx_of_a_file_written_by_hand(tmp_path):
+    """The IDX layout spelt out byte by byte, not by `idx_bytes`: magic
+    0x00000803 (unsigned bytes, 3 dims), dims 2, 3, 4 big-endian, then the
+    bytes in C order."""
+    raw = (b'\x00\x00\x08\x03' + b'\x00\x00\x00\x02' + b'\x00\x00\x00\x03'
+           + b'\x00\x00\x00\x04' + bytes(range(24)))
+    got = _common.read_idx(write_gz(tmp_path / 'hand.gz', raw))
+    assert got.dtype == np.uint8 and got.shape == (2, 3, 4)
+    assert got[1, 0, 2] == 1 * 12 + 0 * 4 + 2
+    np.testing.assert_array_equal(got.ravel(), np.arange(24))
+    assert idx_bytes(got) == raw  # and the helper the other tests use agrees
 
 
 def test_read_idx_reads_back_exactly(tmp_path):
@@ -248,8 +261,10 @@ def test_loader_falls_back_when_a_download_has_the_wrong_md5(
     _, test = _loaded(backend, num_train=20, num_test=10)
     assert not (raw / name).exists()
     assert _leftovers(raw) == []
+    out = capsys.readouterr().out
     assert 'Data: the stand-in data set, 20 training and 10 test images.' \
-        in capsys.readouterr().out
+        in out
+    assert f'expected {"0" * 32}: the download is damaged' in out  # why
     X_stand_in, y_stand_in = _common.stand_in_fashion_mnist(10, seed=1)
     np.testing.assert_array_equal(_concat(test)[1], y_stand_in)
 
@@ -313,40 +328,174 @@ def test_files_that_disagree_on_the_number_of_examples(common, mirror,
         common.fetch_fashion_mnist('train', root=str(tmp_path / 'cache'))
 
 
-_CONCURRENT = '''
-import json, sys, time
+# --------------------------------------------------------------------------
+# Downloading over HTTP, from a local server that counts the requests
+# --------------------------------------------------------------------------
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+@pytest.fixture
+def http_mirror(mirror, tmp_path, monkeypatch):
+    """The files of `mirror` served over HTTP on 127.0.0.1. Returns a
+    namespace: `url` (what D2LPAR_FASHION_MNIST_URL points to), `gets`
+    (Counter of GET requests by path, e.g. '/t10k-images-idx3-ubyte.gz'),
+    `delay` (seconds each response waits, so that concurrent clients
+    overlap), `serve` (path -> bytes to send instead of the file),
+    `files` and `arrays` as in `mirror`."""
+    _, files, arrays = mirror
+    folder = tmp_path / 'mirror'
+    state = types.SimpleNamespace(gets=collections.Counter(), delay=0.0,
+                                  serve={}, files=files, arrays=arrays)
+    counting = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            with counting:
+                state.gets[self.path] += 1
+            body = state.serve.get(self.path)
+            if body is None:
+                file = folder / self.path.lstrip('/')
+                if '/' in self.path[1:] or not file.is_file():
+                    self.send_error(404)
+                    return
+                body = file.read_bytes()
+            time.sleep(state.delay)  # a slow server; the test itself
+            self.send_response(200)  # waits on processes, not on a clock
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = _Server(('127.0.0.1', 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,),
+                              daemon=True)
+    thread.start()
+    state.url = f'http://127.0.0.1:{server.server_port}/'
+    monkeypatch.setenv('no_proxy', '127.0.0.1')  # urllib honours http_proxy
+    monkeypatch.delenv('http_proxy', raising=False)
+    monkeypatch.delenv('HTTP_PROXY', raising=False)
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def _digests(result):
+    """What a downloader reports: dtype, shape and SHA-256 of each array of
+    [(train images, train labels), (test images, test labels)]."""
+    return [[a.dtype.str, list(a.shape),
+             hashlib.sha256(a.tobytes()).hexdigest()]
+            for pair in result for a in pair]
+
+
+_DOWNLOADER = """
+import hashlib, json, sys
 from d2lpar import _common
 _common.FASHION_MNIST_FILES = {k: tuple(map(tuple, v)) for k, v in
                                json.loads(sys.argv[1]).items()}
-time.sleep(max(0, float(sys.argv[2]) - time.time()))  # start together
+print('ready', flush=True)
+sys.stdin.readline()  # 'go': all downloaders start at once
 result = [_common.fetch_fashion_mnist(s) for s in ('train', 'test')]
-print(json.dumps([[int(a.sum()), list(a.shape)] for r in result for a in r]))
-'''
+assert None not in result, 'fell back to the stand-in'
+print(json.dumps([[a.dtype.str, list(a.shape),
+                   hashlib.sha256(a.tobytes()).hexdigest()]
+                  for pair in result for a in pair]))
+"""
 
 
-def test_two_processes_download_into_one_cache(mirror, tmp_path):
-    url, files, arrays = mirror
+def test_concurrent_processes_fetch_each_file_once(http_mirror, tmp_path):
+    """Like notebook kernels started together on one machine: three
+    processes fill one empty cache. The lock file makes all but one wait,
+    so every file crosses the network exactly once (without the lock each
+    process fetches every file), and all get the same, right arrays."""
+    http_mirror.delay = 0.2  # a request outlasts the spread of the starts
     cache = tmp_path / 'cache'
     env = dict(os.environ, D2LPAR_DATA=str(cache),
-               D2LPAR_FASHION_MNIST_URL=url)
+               D2LPAR_FASHION_MNIST_URL=http_mirror.url)
     env.pop('D2LPAR_OFFLINE', None)
-    start = str(time.time() + 1.5)
-    procs = [subprocess.Popen([sys.executable, '-c', _CONCURRENT,
-                               json.dumps(files), start], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    procs = [subprocess.Popen([sys.executable, '-c', _DOWNLOADER,
+                               json.dumps(http_mirror.files)], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    try:
+        for p in procs:  # wait until every one has imported d2lpar
+            assert select.select([p.stdout], [], [], 60)[0], 'no ready'
+            assert p.stdout.readline() == 'ready\n', p.stderr.read()
+        for p in procs:
+            p.stdin.write('go\n')
+            p.stdin.flush()
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err
-    want = [[int(a.sum()), list(a.shape)]
-            for s in ('train', 'test') for a in arrays[s]]
-    assert [json.loads(out) for out, _ in outs] == [want, want]
+    assert dict(http_mirror.gets) == {
+        '/' + name: 1 for s in NAMES.values() for name in s}
+    want = _digests((images, labels.astype(np.int64))
+                    for images, labels in (http_mirror.arrays['train'],
+                                           http_mirror.arrays['test']))
+    assert [json.loads(out) for out, _ in outs] == [want] * 3
     raw = cache / 'FashionMNIST' / 'raw'
     assert sorted(os.listdir(raw)) == sorted(
         ['.lock'] + [n for s in NAMES.values() for n in s])
-    for split in files:
-        for name, md5sum in files[split]:
+    for split in http_mirror.files:
+        for name, md5sum in http_mirror.files[split]:
             assert md5(raw / name) == md5sum
+
+
+@pytest.mark.parametrize('damage', ['another file', 'cut short'])
+def test_a_damaged_download_is_refused_then_fetched_again(
+        common, http_mirror, tmp_path, monkeypatch, capsys, damage):
+    """The mirror sends bytes whose MD5 is wrong: a valid IDX file with
+    one pixel changed (only the checksum can tell), or the first half of
+    the file. download() says so and keeps nothing; the loader falls back
+    (and says why); once the mirror is right, the file is fetched."""
+    name, md5sum = http_mirror.files['train'][0]
+    good = (tmp_path / 'mirror' / name).read_bytes()
+    if damage == 'another file':
+        images = http_mirror.arrays['train'][0].copy()
+        images[0, 0, 0] ^= 1
+        other = write_gz(tmp_path / 'other.gz', idx_bytes(images))
+        common.read_idx(other)  # a valid file: only its MD5 gives it away
+        bad = other.read_bytes()
+    else:
+        bad = good[:len(good) // 2]
+    http_mirror.serve['/' + name] = bad
+    monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', http_mirror.url)
+    monkeypatch.delenv('D2LPAR_OFFLINE')
+    monkeypatch.setattr(common, 'FASHION_MNIST_FILES', http_mirror.files)
+    root = tmp_path / 'cache'
+    raw = root / 'FashionMNIST' / 'raw'
+    path = raw / name
+
+    refusal = (rf'{re.escape(http_mirror.url + name)} arrived with MD5 '
+               rf'{hashlib.md5(bad).hexdigest()}, expected {md5sum}: the '
+               rf'download is damaged')
+    with pytest.raises(DataError, match=refusal):
+        common.download(http_mirror.url + name, str(path), md5sum)
+    assert not path.exists() and _leftovers(raw) == []
+
+    assert common.fetch_fashion_mnist('train', root=str(root)) is None
+    assert re.search(refusal, capsys.readouterr().out)
+    assert not path.exists() and _leftovers(raw) == []
+    assert common._offline is False  # a bad file is no network failure
+    assert http_mirror.gets['/' + name] == 2
+
+    del http_mirror.serve['/' + name]  # the mirror is repaired
+    images, labels = common.fetch_fashion_mnist('train', root=str(root))
+    assert md5(path) == md5sum and _leftovers(raw) == []
+    np.testing.assert_array_equal(images, http_mirror.arrays['train'][0])
+    np.testing.assert_array_equal(labels, http_mirror.arrays['train'][1])
+    assert http_mirror.gets['/' + name] == 3
+    common.fetch_fashion_mnist('train', root=str(root))  # from the cache
+    assert sum(http_mirror.gets.values()) == 3 + 1  # + the labels, once
 
 
 def test_command_line_download(online, capsys):

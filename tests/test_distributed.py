@@ -1,23 +1,30 @@
 """Multi-process data-parallel training on the loopback interface: k
-processes take the same steps as one, failures and timeouts stop every
-process of a run, and a busy port is refused before anything starts.
+processes take the same steps as one, the data order changes from epoch
+to epoch, failures (of a worker, the MXNet scheduler or server) and
+timeouts stop every process of a run, their descendants included, a busy
+port is refused before anything starts, and with fewer GPUs than
+processes all of them train on the CPU.
 
 PyTorch runs DDP with gloo under torchrun; MXNet runs the dist_sync
 KVStore with a scheduler and a server, also for its one-worker reference
 run, so that both runs take the same code path.
 """
+import contextlib
+import io
+import re
 import socket
+import threading
 import time
 
 import numpy as np
 import psutil
 import pytest
 
-from d2lpar import distributed
+from d2lpar import _common, distributed
 
-ARGS = ['--num-train', 1024, '--num-test', 512, '--batch-size', 64,
-        '--epochs', 1, '--seed', 3]
-SCRIPTS = {'torch': 'd2lpar.ddp_train', 'mxnet': 'd2lpar.kvstore_train'}
+# Two epochs of 8 steps: the second one must see the data in a new order
+ARGS = ['--num-train', 512, '--num-test', 512, '--batch-size', 64,
+        '--epochs', 2, '--seed', 3]
 LAUNCH = {'torch': distributed.launch_torch,
           'mxnet': distributed.launch_kvstore}
 FRAMEWORKS = ['torch', 'mxnet']
@@ -30,22 +37,34 @@ def _one_thread_each(monkeypatch):
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory, data_root):
-    """{framework: (result with 1 worker, result with 2 workers)}, made
-    once for the module (the _test_env of conftest is function-scoped)."""
+    """``runs(framework)``: (result with 1 worker, result with 2 workers),
+    made once for the module (the _test_env of conftest is function-scoped).
+
+    The launcher is told that this machine has one GPU (``num_gpus=1``),
+    as on Colab: the 2-worker run must say that all its processes train
+    on the CPU. What each launch printed is kept in
+    ``runs.printed[framework]`` (1 worker, 2 workers)."""
     done = {}
 
     def get(framework):
         if framework not in done:
+            results, printed = [], []
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv('D2LPAR_OFFLINE', '1')
                 mp.setenv('D2LPAR_DATA', str(data_root))
                 mp.setenv('OMP_NUM_THREADS', '1')
-                done[framework] = tuple(
-                    LAUNCH[framework](k, tmp_path_factory.mktemp(
-                        f'{framework}{k}'), ARGS, timeout=120)
-                    for k in (1, 2))
+                for k in (1, 2):
+                    out = io.StringIO()
+                    with contextlib.redirect_stdout(out):
+                        results.append(LAUNCH[framework](
+                            k, tmp_path_factory.mktemp(f'{framework}{k}'),
+                            ARGS, timeout=120, num_gpus=1))
+                    printed.append(out.getvalue())
+            done[framework] = tuple(results)
+            get.printed[framework] = printed
         return done[framework]
 
+    get.printed = {}
     return get
 
 
@@ -53,13 +72,37 @@ def _step1(result):
     return result.first_step_params()
 
 
-def _survivors(framework, out_dir):
+def _kill_survivors(out_dir):
+    """The command lines of the processes still running that name
+    `out_dir` (the training scripts, torchrun, and the children of
+    --leave-a-child), after killing them, so that a failing test leaves
+    nothing behind."""
     found = []
-    for p in psutil.process_iter(['cmdline']):
+    for p in psutil.process_iter(['cmdline', 'status']):
         cmd = ' '.join(p.info['cmdline'] or [])
-        if SCRIPTS[framework] in cmd and str(out_dir) in cmd:
-            found.append((p.pid, cmd))
+        if str(out_dir) in cmd and p.info['status'] != psutil.STATUS_ZOMBIE:
+            found.append(cmd)
+            with contextlib.suppress(psutil.Error):
+                p.kill()
     return found
+
+
+def _read(path):
+    try:
+        return path.read_text(errors='replace')
+    except OSError:
+        return ''
+
+
+def _wait_for(condition, timeout):
+    """Poll `condition()` until it is true (return True) or `timeout`
+    seconds have passed (return False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -76,13 +119,73 @@ def test_two_workers_take_the_same_steps_as_one(runs, framework):
     for result, k in ((one, 1), (two, 2)):
         assert [p['rank'] for p in result.processes] == list(range(k))
         for p in result.processes:
-            assert p['world_size'] == k and p['steps'] == 1024 // 64
-            assert p['examples'] == 1024 // k
+            assert p['world_size'] == k and p['steps'] == 2 * 512 // 64
+            assert p['examples'] == 2 * 512 // k
             assert p['seconds_compute'] > 0
             assert p['seconds_communication'] > 0
             assert p['seconds_total'] >= p['seconds_compute']
-        assert result.num_examples == 1024 and result.num_epochs == 1
+        assert result.num_examples == 512 and result.num_epochs == 2
     assert two.backend == ('gloo' if framework == 'torch' else 'dist_sync')
+
+
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_the_order_of_examples_changes_from_epoch_to_epoch(runs, framework):
+    """Each process records its first shard of every epoch: the examples
+    of epoch 2 come in a new order, and the two workers' shards of a step
+    are the two halves of the one worker's global batch."""
+    one, two = runs(framework)
+    alone = one.processes[0]['first_shard_of_epoch']
+    assert len(alone) == 2 and len(alone[0]) == len(alone[1]) == 64
+    assert alone[0] != alone[1], 'epoch 2 repeats the order of epoch 1'
+    halves = [p['first_shard_of_epoch'] for p in two.processes]
+    for epoch in (0, 1):
+        assert halves[0][epoch] + halves[1][epoch] == alone[epoch]
+
+
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_with_fewer_gpus_than_processes_all_train_on_the_cpu(runs,
+                                                             framework):
+    """The module's runs pretend that this machine has 1 GPU: alone, the
+    process would take it (nothing to say); two processes both train on
+    the CPU, and the launcher says so and why, in one line."""
+    one, two = runs(framework)
+    alone, pair = runs.printed[framework]
+    assert alone == ''
+    assert len(pair.splitlines()) == 1, pair
+    assert pair.startswith('2 processes but only 1 GPU(s) on this machine: '
+                           'all processes train on the CPU, since each one '
+                           'needs a GPU of its own'), pair
+    assert all(p['device'].startswith('cpu') for p in two.processes)
+
+
+# Where the processes of one machine train, by (GPUs, processes): every
+# process on a GPU of its own, or all on the CPU, said when there are GPUs
+DEVICES = {(0, 1): 'cpu', (0, 2): 'cpu', (0, 4): 'cpu',
+           (1, 1): 'gpu', (1, 2): 'cpu, said', (1, 4): 'cpu, said',
+           (2, 1): 'gpu', (2, 2): 'gpu', (2, 4): 'cpu, said'}
+
+
+@pytest.mark.parametrize('num_gpus, processes', sorted(DEVICES))
+def test_each_process_gets_a_gpu_of_its_own_or_all_use_the_cpu(
+        num_gpus, processes):
+    chosen = [_common.choose_gpu(num_gpus, r, processes)
+              for r in range(processes)]
+    gpus = [gpu for gpu, _ in chosen]
+    notices = {notice for _, notice in chosen}
+    expected = DEVICES[num_gpus, processes]
+    if expected == 'gpu':
+        assert gpus == list(range(processes)) and notices == {None}
+    else:
+        assert gpus == [None] * processes
+        if expected == 'cpu':
+            assert notices == {None}
+        else:  # one line, the same for every process
+            (notice,) = notices
+            assert notice.startswith(
+                f'{processes} processes but only {num_gpus} GPU(s)')
+            assert 'CPU' in notice and '\n' not in notice
+    with pytest.raises(ValueError, match='local rank 2 is not one of'):
+        _common.choose_gpu(num_gpus, 2, 2)
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -96,17 +199,72 @@ def test_tables_and_charts(runs, framework, capsys):
     assert len(ax.get_yticklabels()) == 3
 
 
+# The launcher's own first line about a crash of rank 1 (the log that
+# follows it quotes the worker, which names its own rank anyway)
+CRASH_HEADS = {
+    'torch': r'PyTorch training with 2 processes failed: rank 1 failed '
+             r'\(exit code 1\)',
+    'mxnet': r'MXNet training with 2 workers failed: worker rank 1 exited '
+             r'with code 1\.'}
+
+
 @pytest.mark.parametrize('framework', FRAMEWORKS)
 def test_a_crash_stops_every_process(framework, tmp_path):
+    """Rank 1 fails at step 1. Every process has first started a child in
+    a session of its own (--leave-a-child), which no signal to the
+    process groups reaches: the launcher must find and stop it too."""
     start = time.monotonic()
     with pytest.raises(RuntimeError) as info:
         LAUNCH[framework](2, tmp_path, ARGS + ['--crash-at-step', 1,
-                                               '--crash-rank', 1],
+                                               '--crash-rank', 1,
+                                               '--leave-a-child'],
                           timeout=60)
     assert time.monotonic() - start < 60
     message = str(info.value)
-    assert 'rank 1' in message and 'crashes at step 1' in message
-    assert _survivors(framework, tmp_path) == []
+    assert re.match(CRASH_HEADS[framework], message.splitlines()[0]), message
+    assert 'crashes at step 1' in message
+    logs = ''.join(_read(log) for log in tmp_path.glob('*.log'))
+    children = re.findall(r'd2lpar: rank (\d+) left process \d+ behind',
+                          logs)
+    assert '1' in children  # rank 1 started its child before it failed
+    assert _kill_survivors(tmp_path) == []
+
+
+@pytest.mark.parametrize('role', ['scheduler', 'server'])
+def test_a_dead_scheduler_or_server_stops_the_run(role, tmp_path):
+    """Kill the MXNet scheduler or server once both workers have started:
+    the launcher names it and stops everything at once (the workers would
+    wait for it until the timeout)."""
+    logs = [tmp_path / f'worker-process-{i}.log' for i in range(2)]
+    launched, killed = threading.Event(), []
+
+    def kill_it_once_the_workers_run():
+        if not _wait_for(lambda: launched.is_set() or all(
+                'd2lpar: worker rank' in _read(log) for log in logs), 60):
+            return
+        for p in psutil.process_iter(['cmdline']):
+            with contextlib.suppress(psutil.Error):
+                if (str(tmp_path) in ' '.join(p.info['cmdline'] or [])
+                        and p.environ().get('DMLC_ROLE') == role):
+                    p.kill()
+                    killed.append(p.pid)
+
+    killer = threading.Thread(target=kill_it_once_the_workers_run)
+    killer.start()
+    try:
+        with pytest.raises(RuntimeError) as info:
+            distributed.launch_kvstore(
+                2, tmp_path, ['--num-train', 1024, '--batch-size', 64,
+                              '--epochs', 10000], timeout=30)
+    finally:
+        launched.set()
+        killer.join()
+    assert len(killed) == 1, f'found {len(killed)} {role} processes'
+    head = str(info.value).splitlines()[0]
+    assert head.startswith(f'MXNet training with 2 workers failed: the '
+                           f'{role} exited with signal SIGKILL before the '
+                           f'workers were done'), str(info.value)
+    assert _kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -116,7 +274,7 @@ def test_a_timeout_stops_every_process(framework, tmp_path):
     with pytest.raises(RuntimeError, match='did not finish within 6 s'):
         LAUNCH[framework](2, tmp_path, args, timeout=6)
     assert time.monotonic() - start < 6 + 15  # SIGTERM, SIGKILL after 5 s
-    assert _survivors(framework, tmp_path) == []
+    assert _kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -128,7 +286,7 @@ def test_a_busy_port_is_refused_before_anything_starts(framework, tmp_path):
         with pytest.raises(RuntimeError, match=f'port {port} .* in use'):
             LAUNCH[framework](2, tmp_path / 'out', ARGS, port=port)
     assert not (tmp_path / 'out').exists()
-    assert _survivors(framework, tmp_path) == []
+    assert _kill_survivors(tmp_path) == []
     assert distributed.check_port(port) == port  # free again
 
 
@@ -155,6 +313,9 @@ def test_commands_for_several_machines():
         'mxnet', ['a', 'b'], workers_per_host=2, port=1234).splitlines()
     roles = [line.split('DMLC_ROLE=')[1].split()[0] for line in mx_lines]
     assert roles == ['scheduler'] + ['server', 'worker', 'worker'] * 2
+    workers = [line for line in mx_lines if 'DMLC_ROLE=worker' in line]
+    for line, i in zip(workers, [0, 1, 0, 1]):  # worker i takes GPU i
+        assert f'D2LPAR_LOCAL_RANK={i} D2LPAR_LOCAL_WORKERS=2 ' in line
     for line in mx_lines:
         assert ('DMLC_PS_ROOT_URI=a DMLC_PS_ROOT_PORT=1234 DMLC_NUM_SERVER=2 '
                 'DMLC_NUM_WORKER=4') in line

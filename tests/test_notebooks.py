@@ -7,13 +7,12 @@ keep the functions a lesson defines identical to those of d2lpar.
 import ast
 import importlib
 import inspect
-import io
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
-import tokenize
 
 import pytest
 
@@ -34,19 +33,46 @@ def load(lang, fw, chapter):
     return json.loads(path.read_text(encoding='utf-8'))
 
 
-def code_skeleton(source):
-    """The tokens of a code cell without comments and string contents."""
-    out = []
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE,
-                        tokenize.INDENT, tokenize.DEDENT):
-            continue
-        if tok.type == tokenize.STRING or tok.type in (
-                getattr(tokenize, 'FSTRING_MIDDLE', -1), ):
-            out.append('<str>')
-            continue
-        out.append(tok.string)
-    return out
+class _SetStringsAside(ast.NodeTransformer):
+    """Blank string constants and the text of f-strings (both translated),
+    keeping f-string expressions, conversions and format specs."""
+
+    def visit_Constant(self, node):
+        return ast.Constant('<str>') if isinstance(node.value, str) else node
+
+    def visit_JoinedStr(self, node):
+        node.values = [self.visit(v) for v in node.values
+                       if isinstance(v, ast.FormattedValue)]
+        return node
+
+    def visit_FormattedValue(self, node):
+        node.value = self.visit(node.value)  # format_spec kept as written
+        return node
+
+
+def code_shape(source):
+    """A code cell's syntax tree without comments and string contents."""
+    return ast.dump(_SetStringsAside().visit(ast.parse(source)))
+
+
+@pytest.mark.parametrize('english, translated', [
+    ("print(f'difference: {abs(a - b)}')",
+     "print(f'différence : {undefined_name:.3f}')"),
+    ("print(f'gap: {gap:.3f}')", "print(f'écart : {gap:.2f}')"),
+    ("print(f'{x!r} items')", "print(f'{x} éléments')"),
+    ("print(f'{\", \".join(xs)}')", "print(f'{\"; \".join(ys)}')"),
+    ("plot(x, 'loss')", "plot(y, 'perte')"),
+])
+def test_code_shape_sees_code_inside_strings(english, translated):
+    assert code_shape(english) != code_shape(translated)
+
+
+def test_code_shape_ignores_comments_and_string_text():
+    english = ("x = 1  # one\nprint(f'gap: {abs(a - b):.3f} after {n!r}', "
+               "'done')\n")
+    translated = ("x = 1  # un\nprint(f'écart : {abs(a - b):.3f} "
+                  "après {n!r} essais', 'fini')\n")
+    assert code_shape(english) == code_shape(translated)
 
 
 def test_committed_notebooks_match_their_sources():
@@ -54,6 +80,70 @@ def test_committed_notebooks_match_their_sources():
                                                   'notebooks.py'), 'check'],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+LESSON = """# A lesson
+
+```{.python .input}
+#@tab all
+#@check
+print(1 + 1)
+```
+
+```{.python .output}
+#@tab all
+2
+```
+"""
+
+
+def lesson_tree(tmp_path, source=LESSON):
+    """A notebooks/ folder under tmp_path holding one English source."""
+    root = tmp_path / 'notebooks'
+    (root / 'en').mkdir(parents=True)
+    (root / 'en' / 'lesson.md').write_text(source, encoding='utf-8')
+    return root
+
+
+def test_check_passes_on_a_freshly_built_tree(tmp_path, capsys):
+    root = lesson_tree(tmp_path)
+    assert builder.main(['notebooks.py', 'build'], root) == 0
+    assert builder.main(['notebooks.py', 'check'], root) == 0
+    assert '2 notebooks match their sources' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('change', ['edited', 'missing', 'orphan'])
+def test_check_fails_on_a_stale_or_orphan_notebook(tmp_path, capsys, change):
+    root = lesson_tree(tmp_path)
+    assert builder.main(['notebooks.py', 'build'], root) == 0
+    nb = root / 'en' / 'pytorch' / 'lesson.ipynb'
+    if change == 'edited':  # edited after building
+        nb.write_text(nb.read_text(encoding='utf-8').replace('1 + 1', '1 + 2'),
+                      encoding='utf-8')
+        expected = 'stale: notebooks/en/pytorch/lesson.ipynb'
+    elif change == 'missing':
+        nb.unlink()
+        expected = 'stale: notebooks/en/pytorch/lesson.ipynb'
+    else:  # a notebook whose source is gone
+        shutil.copy(nb, nb.with_name('gone.ipynb'))
+        expected = 'orphan: notebooks/en/pytorch/gone.ipynb'
+    capsys.readouterr()
+    assert builder.main(['notebooks.py', 'check'], root) == 1
+    assert expected in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('source, fw', [
+    (LESSON.split('```{.python .output}')[0], 'pytorch'),  # at the end
+    (LESSON.split('```{.python .output}')[0] + 'Some prose.\n', 'pytorch'),
+    (LESSON.replace('#@tab all\n2', '#@tab pytorch\n2'), 'mxnet'),
+], ids=['at-the-end', 'before-prose', 'for-one-framework-only'])
+def test_a_check_cell_without_its_output_is_an_error(tmp_path, source, fw):
+    """Else nbval would skip the cell: it has no output to compare."""
+    root = lesson_tree(tmp_path, source)
+    with pytest.raises(builder.SourceError,
+                       match=rf'^notebooks/en/lesson\.md:3: a #@check cell '
+                             rf'needs an output block for {fw}$'):
+        builder.main(['notebooks.py', 'build'], root)
 
 
 @pytest.mark.parametrize('lang', LANGS[1:])
@@ -69,14 +159,14 @@ def test_every_chapter_exists_in_every_language(lang):
 def test_code_is_the_same_in_every_language(fw, chapter, lang):
     ref = load('en', fw, chapter)['cells']
     ref_types = [c['cell_type'] for c in ref]
-    ref_code = [code_skeleton(''.join(c['source'])) for c in ref
+    ref_code = [code_shape(''.join(c['source'])) for c in ref
                 if c['cell_type'] == 'code']
     ref_out = [c['outputs'] for c in ref if c['cell_type'] == 'code']
     cells = load(lang, fw, chapter)['cells']
     assert [c['cell_type'] for c in cells] == ref_types, \
         f'{lang}/{fw}/{chapter}: the order of code and markdown cells ' \
         f'differs from English'
-    code = [code_skeleton(''.join(c['source'])) for c in cells
+    code = [code_shape(''.join(c['source'])) for c in cells
             if c['cell_type'] == 'code']
     for n, (a, b) in enumerate(zip(ref_code, code)):
         assert a == b, f'{lang}/{fw}/{chapter}: code cell {n} differs ' \

@@ -37,8 +37,12 @@ def test_timeline_holds_both_operations_in_order(backend, tmp_path):
     assert starts == sorted(starts)
     assert all(0 <= e.start <= e.end for e in tl.events)
     trace = json.loads(open(tl.save(tmp_path / 'trace.json')).read())
-    assert trace['traceEvents']
-    assert tl.plot('test') is not None
+    traced = {e.get('name') for e in trace['traceEvents']}
+    assert {e.name for e in tl.events} <= traced
+    ax = tl.plot('test')
+    assert ax.get_title() == 'test'
+    bars = sum(len(c.get_paths()) for c in ax.collections)
+    assert bars == len(tl.events)  # a bar per event
 
 
 def test_timeline_rows_follow_the_devices(backend):

@@ -18,6 +18,9 @@ A source is ``notebooks/<lang>/<chapter>.md`` in the d2l book's markdown:
 - prose between ``:begin_tab:`pytorch``` and ``:end_tab:`` goes only to
   that framework's notebook.
 
+A ``#@check`` cell without an output block for each framework it goes to
+is an error, as is an output block after a cell without ``#@check``.
+
 Each notebook opens with a header linking the same lesson in the other
 languages and the other framework. Only the outputs of ``#@check`` cells
 are stored; nothing else that running a notebook changes.
@@ -44,15 +47,15 @@ class SourceError(ValueError):
 
 
 def parse(text, where):
-    """Split a source into blocks: ('md', fw|None, text) and
-    ('input'|'output', fw, lines)."""
+    """Split a source into blocks: ('md', fw|None, text, None) and
+    ('input'|'output', fw, lines, 'where:line')."""
     blocks, prose, tab = [], [], None
     lines = text.splitlines()
     i = 0
 
     def flush():
         if ''.join(prose).strip():
-            blocks.append(('md', tab, '\n'.join(prose).strip('\n')))
+            blocks.append(('md', tab, '\n'.join(prose).strip('\n'), None))
         prose.clear()
 
     while i < len(lines):
@@ -70,7 +73,8 @@ def parse(text, where):
             if not t:
                 raise SourceError(f'{where}:{i + 2}: a fence must start '
                                   f'with #@tab pytorch|mxnet|all')
-            blocks.append((m.group(1), t.group(1), body[1:]))
+            blocks.append((m.group(1), t.group(1), body[1:],
+                           f'{where}:{i + 1}'))
             i = end + 1
             continue
         b = BEGIN_TAB.match(line)
@@ -104,9 +108,12 @@ def header(lang, fw, chapter):
 def notebook(blocks, lang, fw, chapter):
     cells = [{'cell_type': 'markdown', 'metadata': {'tags': ['header']},
               'source': header(lang, fw, chapter)}]
-    for kind, tab, body in blocks:
+    unanswered = None  # where a #@check cell waiting for its output is
+    for kind, tab, body, at in blocks:
         if tab not in (None, 'all', fw):
             continue
+        if unanswered and kind != 'output':
+            break
         if kind == 'md':
             if cells[-1]['cell_type'] == 'markdown' and \
                     'header' not in cells[-1]['metadata'].get('tags', []) \
@@ -117,6 +124,7 @@ def notebook(blocks, lang, fw, chapter):
                               'source': body})
         elif kind == 'input':
             check = '#@check' in body
+            unanswered = at if check else None
             code = '\n'.join(line for line in body if line != '#@check')
             cells.append({'cell_type': 'code', 'execution_count': None,
                           'metadata': ({'tags': ['nbval-check-output']}
@@ -127,11 +135,15 @@ def notebook(blocks, lang, fw, chapter):
             if prev['cell_type'] != 'code' or \
                     'nbval-check-output' not in prev['metadata'].get(
                         'tags', []):
-                raise SourceError(f'{chapter} ({lang}, {fw}): an output '
-                                  f'block must follow a #@check code cell')
+                raise SourceError(f'{at}: an output block must follow a '
+                                  f'#@check code cell ({fw})')
             prev['outputs'] = [{'name': 'stdout', 'output_type': 'stream',
                                 'text': '\n'.join(body) + '\n'}]
             prev['execution_count'] = 1  # nbval ignores outputs of unrun cells
+            unanswered = None
+    if unanswered:
+        raise SourceError(f'{unanswered}: a #@check cell needs an output '
+                          f'block for {fw}')
     for n, cell in enumerate(cells):
         cell['id'] = f'{chapter}-{n:03d}'
         for key in ('source', ):
@@ -153,43 +165,44 @@ def render(nb):
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + '\n'
 
 
-def sources():
-    return sorted(p for lang in LANGS for p in (ROOT / lang).glob('*.md'))
+def sources(root=ROOT):
+    return sorted(p for lang in LANGS for p in (root / lang).glob('*.md'))
 
 
-def targets():
+def targets(root=ROOT):
     """{path of a notebook: its text}, built from every source."""
     out = {}
-    for src in sources():
+    for src in sources(root):
         lang, chapter = src.parent.name, src.stem
         blocks = parse(src.read_text(encoding='utf-8'),
-                       src.relative_to(ROOT.parent))
+                       src.relative_to(root.parent))
         for fw in FRAMEWORKS:
-            path = ROOT / lang / fw / f'{chapter}.ipynb'
+            path = root / lang / fw / f'{chapter}.ipynb'
             out[path] = render(notebook(blocks, lang, fw, chapter))
     return out
 
 
-def main(argv):
+def main(argv, root=ROOT):
+    """Run `build` or `check` on the notebooks under root."""
     command = argv[1] if len(argv) > 1 else 'build'
-    built = targets()
+    built = targets(root)
     if command == 'build':
         for path, text in built.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists() or path.read_text(encoding='utf-8') != text:
                 path.write_text(text, encoding='utf-8')
-                print(f'wrote {path.relative_to(ROOT.parent)}')
+                print(f'wrote {path.relative_to(root.parent)}')
         return 0
     if command == 'check':
         stale = [p for p, text in built.items()
                  if not p.exists() or p.read_text(encoding='utf-8') != text]
         known = set(built)
-        extra = [p for p in ROOT.glob('*/*/*.ipynb') if p not in known]
+        extra = [p for p in root.glob('*/*/*.ipynb') if p not in known]
         for p in stale:
-            print(f'stale: {p.relative_to(ROOT.parent)} does not match its '
+            print(f'stale: {p.relative_to(root.parent)} does not match its '
                   f'source; run `make notebooks` and commit the result')
         for p in extra:
-            print(f'orphan: {p.relative_to(ROOT.parent)} has no source')
+            print(f'orphan: {p.relative_to(root.parent)} has no source')
         if not stale and not extra:
             print(f'{len(built)} notebooks match their sources')
         return 1 if stale or extra else 0

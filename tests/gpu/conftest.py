@@ -1,17 +1,17 @@
-"""The GPU checks run only under `make test-gpu`, which sets
-D2LPAR_GPU_TESTS=1; `make test` (pytest tests) does not collect them.
+"""The GPU checks are collected by every pytest run of tests/ and say why
+when they cannot run:
 
-Under `make test-gpu` they fail, never skip, when no GPU is visible. The
-checks that need two GPUs are skipped on a one-GPU machine, with a reason,
-unless D2LPAR_MIN_GPUS=2 asks for two (then they fail).
+- without a GPU they are skipped, with the reason; `make test-gpu` sets
+  D2LPAR_REQUIRE_GPU=1, and then a missing GPU fails every check instead;
+- D2LPAR_MIN_GPUS=N also makes every check fail when PyTorch sees fewer
+  than N GPUs (CI's GPU job sets it: 1 by default, 2 on a two-GPU runner,
+  so that the two-GPU checks cannot be skipped there);
+- otherwise the checks that need two GPUs are skipped on a one-GPU
+  machine, with the reason.
 """
 import os
 
 import pytest
-
-ENABLED = os.environ.get('D2LPAR_GPU_TESTS') == '1'
-if not ENABLED:
-    collect_ignore_glob = ['test_*.py']
 
 # tests/conftest.py points every test at an empty, offline data cache;
 # the GPU checks train on the real data (the Makefile's data/ folder,
@@ -21,6 +21,8 @@ REAL_DATA_ENV = {'D2LPAR_DATA': os.environ.get('D2LPAR_DATA'),
 
 NO_GPU = ('no GPU visible: make test-gpu needs a machine with GPUs; use '
           'make test on CPU')
+SKIPPED = ('no GPU visible to PyTorch: these checks run on a machine with '
+           'GPUs (make test-gpu, where a missing GPU fails them)')
 
 
 def torch_gpus():
@@ -29,29 +31,54 @@ def torch_gpus():
 
 
 def mxnet_gpus():
-    try:
-        import mxnet
-        return mxnet.npx.num_gpus()
-    except Exception:
+    """How many GPUs MXNet sees. MXNet built without CUDA (the mxnet wheel
+    from PyPI, the pinned one) sees none: that known case is 0. Anything
+    else is raised, not read as "no GPU": MXNet missing or failing to load
+    (a CUDA build without its CUDA libraries), or a CUDA error."""
+    import mxnet
+    from mxnet.runtime import Features
+    if not Features().is_enabled('CUDA'):
         return 0
+    return mxnet.npx.num_gpus()
+
+
+def required_gpus():
+    """(how many GPUs this run requires, why): D2LPAR_MIN_GPUS, and at
+    least one under D2LPAR_REQUIRE_GPU=1 (make test-gpu)."""
+    value = os.environ.get('D2LPAR_MIN_GPUS', '')
+    try:
+        wanted = int(value or 0)
+    except ValueError:
+        pytest.fail(f'D2LPAR_MIN_GPUS must be a whole number, got '
+                    f'{value!r}', pytrace=False)
+    if os.environ.get('D2LPAR_REQUIRE_GPU') == '1' and wanted < 1:
+        return 1, 'D2LPAR_REQUIRE_GPU=1 (make test-gpu)'
+    return wanted, f'D2LPAR_MIN_GPUS={value}'
 
 
 @pytest.fixture(autouse=True)
-def require_gpu():
-    if torch_gpus() == 0:
-        pytest.fail(NO_GPU, pytrace=False)
+def visible_gpus():
+    """The number of GPUs PyTorch sees: the check fails below the number
+    required (see above), and is skipped when there is none."""
+    n = torch_gpus()
+    wanted, why = required_gpus()
+    if n < wanted:
+        message = f'{why} requires {wanted} GPU(s), PyTorch sees {n}'
+        pytest.fail(f'{NO_GPU} ({message})' if n == 0 else message,
+                    pytrace=False)
+    if n == 0:
+        pytest.skip(SKIPPED)
+    return n
 
 
 @pytest.fixture
-def two_gpus():
-    """Skip (or fail, with D2LPAR_MIN_GPUS >= 2) below two GPUs."""
-    n = torch_gpus()
-    if n < 2:
-        message = f'needs 2 GPUs, PyTorch sees {n}'
-        if int(os.environ.get('D2LPAR_MIN_GPUS', '1')) >= 2:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    return n
+def two_gpus(visible_gpus):
+    """Two GPUs or more; skipped below (visible_gpus fails instead when
+    D2LPAR_MIN_GPUS >= 2)."""
+    if visible_gpus < 2:
+        pytest.skip(f'needs 2 GPUs, PyTorch sees {visible_gpus} (a runner '
+                    f'with two sets D2LPAR_MIN_GPUS=2 to require them)')
+    return visible_gpus
 
 
 @pytest.fixture

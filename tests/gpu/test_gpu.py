@@ -1,4 +1,5 @@
-"""Stricter checks for machines with GPUs (`make test-gpu`; see conftest):
+"""Stricter checks for machines with GPUs (`make test-gpu`; elsewhere they
+are skipped, see conftest):
 
 - PyTorch sees the GPUs, and d2lpar hands them out (no CPU stand-ins);
 - MXNet's GPUs are reported (the PyPI wheel is CPU-only), and required
@@ -13,6 +14,8 @@ import time
 
 import pytest
 
+from .conftest import mxnet_gpus
+
 SIZE = 4000          # the book's workload on GPUs
 PRODUCTS = 50
 MAX_RATIO = 0.8      # both together / (one alone + the other alone)
@@ -20,21 +23,16 @@ ACC_TOLERANCE = 0.02
 REPEAT = 3           # timings: best of
 
 
-def mxnet_gpus():
-    try:
-        import mxnet
-        return mxnet.npx.num_gpus()
-    except Exception:
-        return 0
-
-
 def need_mxnet_gpus(k):
     n = mxnet_gpus()
     if n >= k:
         return
-    message = (f'MXNet sees {n} GPU(s), this check needs {k}: the mxnet '
-               f'wheel from PyPI is CPU-only (install mxnet-cuXXX==1.9.1 '
-               f'for MXNet on GPUs)')
+    from mxnet.runtime import Features
+    message = f'MXNet sees {n} GPU(s), this check needs {k}'
+    if not Features().is_enabled('CUDA'):
+        message += (': this MXNet is built without CUDA, like the mxnet '
+                    'wheel from PyPI (install mxnet-cuXXX==1.9.1 for MXNet '
+                    'on GPUs)')
     if os.environ.get('D2LPAR_REQUIRE_MXNET_GPU') == '1':
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
