@@ -23,14 +23,16 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-# Few examples, no deadline (the first MXNet call is slow), no example
-# database, and Hypothesis' other files (its cache of constants) in a
-# temporary folder: nothing is written into the repository.
+# Few examples, drawn the same way on every run, no deadline (the first
+# MXNet call is slow), no example database, and Hypothesis' other files
+# (its cache of constants) in a temporary folder: nothing is written into
+# the repository.
 _hypothesis_home = tempfile.mkdtemp(prefix='d2lpar-hypothesis-')
 atexit.register(shutil.rmtree, _hypothesis_home, True)
 set_hypothesis_home_dir(_hypothesis_home)
 settings.register_profile(
     'd2lpar', max_examples=25, deadline=None, database=None,
+    derandomize=True, print_blob=True,  # a failure replays the same way
     suppress_health_check=[HealthCheck.too_slow,
                            HealthCheck.function_scoped_fixture])
 settings.load_profile('d2lpar')
