@@ -19,10 +19,18 @@ import urllib.request
 
 import numpy as np
 
+from d2lpar import cost as _cost
+from d2lpar.cost import (  # noqa: F401 (re-exported by both backends)
+    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model)
+
 # The names each backend re-exports as they are.
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
-          'plot_scaling', 'plot_timings', 'say_once']
+          'plot_scaling', 'plot_timings', 'say_once',
+          # the cost model of an allreduce (d2lpar.cost) and the drift
+          # between runs on 1 and 2 devices
+          'LINKS', 'Link', 'allreduce_time', 'format_seconds', 'gpu_link',
+          'plot_cost_model', 'plot_drift']
 # The public names that d2lpar.torch and d2lpar.mxnet each define in their
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
@@ -30,7 +38,8 @@ BACKEND = [
     'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
     'forward_backward', 'get_params', 'gpu', 'launch', 'lenet',
     'lenet_params', 'load_data_fashion_mnist',
-    'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
+    'loss', 'measure_allreduce', 'num_gpus', 'parameter_drift',
+    'plot_processes',
     'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',
     'train_distributed', 'train_step_timeline', 'try_all_gpus',
@@ -347,6 +356,36 @@ class TrainResult:
     def __str__(self):
         return (f'test acc: {self.test_acc:.2f}, {self.sec_per_epoch:.1f} '
                 f'sec/epoch on {self.devices}')
+
+
+def parameter_drift_with(load, try_devices, get_params, train_batch,
+                         max_abs_diff, params, batch_size, lr, num_steps,
+                         num_train, num_test):
+    """What both backends' `parameter_drift` share: train a copy of
+    `params` on one device and another on two, step by step on the same
+    minibatches, and return max_abs_diff of their parameters after each
+    step."""
+    if (isinstance(num_steps, bool) or not isinstance(num_steps, int)
+            or num_steps < 1):
+        raise ValueError(f'num_steps must be an int >= 1, got '
+                         f'{num_steps!r}.')
+    check_lr(lr)
+    # The same loader as `train`: the same minibatches in the same order
+    train_iter, _ = load(batch_size, num_train, num_test)
+    runs = []
+    for k in (1, 2):
+        devices = try_devices(k)
+        runs.append((devices, [get_params(params, d) for d in devices]))
+    drift = []
+    while len(drift) < num_steps:  # as many epochs as it takes
+        for X, y in train_iter:
+            for devices, device_params in runs:
+                train_batch(X, y, device_params, devices, lr)
+            one, two = runs[0][1][0], runs[1][1][0]  # first device's copy
+            drift.append(max(max_abs_diff(a, b) for a, b in zip(one, two)))
+            if len(drift) == num_steps:
+                break
+    return drift
 
 
 # --------------------------------------------------------------------------
@@ -1001,11 +1040,15 @@ def measure_copy_bandwidth_with(copy, synchronize, repeat=5):
     return 2 * nbytes / best
 
 
-def plot_allreduce(rows, copy_bandwidth=None, title=None):
+def plot_allreduce(rows, copy_bandwidth=None, link=None, title=None):
     """Time of each allreduce against message size, one panel per device
-    count. With `copy_bandwidth` (bytes/s, read + write), a dashed line
-    shows the one-host floor: k replicas of N bytes must at least be read
-    and written once, 2kN bytes."""
+    count, with a dashed line for the limit that the devices set. On CPU
+    stand-ins, all in one memory, that is `copy_bandwidth` (bytes/s, read
+    + write, from `copy_bandwidth(cpu())`): k replicas of N bytes must at
+    least be read and written once, 2kN bytes. On GPUs the data crosses
+    the link between them, so the line is the ring allreduce of the cost
+    model on `link` (a key of `LINKS`, from `gpu_link()`), and there is
+    none when `link` is None."""
     import matplotlib.pyplot as plt
     counts = sorted({r['devices'] for r in rows})
     fig, axes = plt.subplots(1, len(counts), figsize=(3.3 * len(counts), 2.8),
@@ -1016,15 +1059,40 @@ def plot_allreduce(rows, copy_bandwidth=None, title=None):
                     and r['algorithm'] == algo]
             ax.loglog([r['bytes'] for r in mine],
                       [r['seconds'] for r in mine], 'o-', label=algo)
-        if copy_bandwidth:
-            xs = sorted({r['bytes'] for r in rows if r['devices'] == k})
+        xs = sorted({r['bytes'] for r in rows if r['devices'] == k})
+        on_gpus = any(r.get('on') == 'gpu' for r in rows
+                      if r['devices'] == k)
+        if on_gpus and link is not None:
+            ax.loglog(xs, [allreduce_time(x, k, link) for x in xs], 'k--',
+                      label=f'ring model, {_cost.as_link(link).label}')
+        elif not on_gpus and copy_bandwidth:
             ax.loglog(xs, [2 * k * x / copy_bandwidth for x in xs], 'k--',
-                      label='memory-copy floor')
-        ax.set_title(f'{k} devices', fontsize=10)
+                      label=f'CPU memory: 2kN bytes at '
+                      f'{copy_bandwidth / 1e9:.3g} GB/s')
+        ax.set_title(f'{k} GPUs' if on_gpus else f'{k} CPU stand-ins',
+                     fontsize=10)
         ax.set_xlabel('bytes per device')
+        ax.legend(fontsize=7)
     axes[0][0].set_ylabel('seconds')
-    axes[0][0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
+    plt.tight_layout()
+    plt.show()
+
+
+def plot_drift(drift, title=None):
+    """The largest absolute difference between the parameters of two runs
+    after each step (`drift`, from `parameter_drift`), on a log scale."""
+    import matplotlib.pyplot as plt
+    steps = range(1, len(drift) + 1)
+    fig, ax = plt.subplots(figsize=(4.5, 2.6))
+    # A difference of exactly 0 has no place on a log scale: draw it at the
+    # bottom of the chart
+    floor = min([d for d in drift if d > 0], default=1e-9) / 10
+    ax.semilogy(steps, [max(d, floor) for d in drift], 'o-', ms=3)
+    ax.set_xlabel('step')
+    ax.set_ylabel('largest |difference|')
+    ax.set_title(title or 'parameters on 1 device vs on 2 devices',
+                 fontsize=10)
     plt.tight_layout()
     plt.show()

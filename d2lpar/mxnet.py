@@ -45,7 +45,9 @@ from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     Animator, DataError, TrainResult, check_allreduce, check_devices,
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
-    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once)
+    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
+    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
+    plot_drift)
 
 npx.set_np()
 
@@ -220,8 +222,11 @@ def measure_allreduce(fns, sizes, device_counts, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
-    return _common.measure_allreduce_with(
+    rows = _common.measure_allreduce_with(
         _make_data, synchronize, fns, sizes, device_counts, repeat)
+    for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
+        r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
+    return rows
 
 
 def copy_bandwidth(device=None, num_bytes=1 << 26):
@@ -455,6 +460,23 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
                          num_epochs, num_examples // num_epochs, accs)
     print(result)
     return result
+
+
+def _max_abs_diff(a, b):
+    return float(np.abs(a - b.as_in_ctx(a.ctx)).max())
+
+
+def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
+                    num_test=None):
+    """Train two copies of `params` side by side with `train_batch`, one
+    on `try_devices(1)`, the other on `try_devices(2)`, on the minibatches
+    that `train` sees with the same arguments, and return the largest
+    absolute difference between the two sets of parameters after each of
+    the first `num_steps` steps (see `plot_drift`)."""
+    return _common.parameter_drift_with(
+        load_data_fashion_mnist, try_devices, get_params, train_batch,
+        _max_abs_diff, params, batch_size, lr, num_steps, num_train,
+        num_test)
 
 
 def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
