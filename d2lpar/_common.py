@@ -1090,6 +1090,8 @@ def plot_drift(drift, title=None):
     # bottom of the chart
     floor = min([d for d in drift if d > 0], default=1e-9) / 10
     ax.semilogy(steps, [max(d, floor) for d in drift], 'o-', ms=3)
+    # Up to 1, the size of a weight: a gap of 1e-6 must look small
+    ax.set_ylim(min(floor, 1e-9), max(1.0, 2 * max(drift, default=0)))
     ax.set_xlabel('step')
     ax.set_ylabel('largest |difference|')
     ax.set_title(title or 'parameters on 1 device vs on 2 devices',

@@ -302,6 +302,22 @@ def test_parameter_drift_is_the_gap_between_the_two_runs(backend):
     assert 0 <= max(drift) < 1e-4
 
 
+def test_parameter_drift_is_the_largest_absolute_difference(backend,
+                                                           monkeypatch):
+    """With a step that leaves the one-device run alone and adds 0.25 to
+    the first parameter of the two-device run, the drift after step s is
+    |-0.25 s| = 0.25 s (to float32 rounding), whatever the sign."""
+    def step(X, y, device_params, devices, lr):
+        if len(devices) == 2:
+            first = device_params[0]
+            first[0] = backend.array(backend.numpy(first[0]) + 0.25)
+
+    monkeypatch.setattr(backend.module, 'train_batch', step)
+    drift = backend.parameter_drift(backend.lenet_params(), 64, 0.1, 3,
+                                    num_train=128, num_test=64)
+    assert drift == pytest.approx([0.25, 0.5, 0.75], rel=1e-5)
+
+
 @pytest.mark.parametrize('num_steps', [0, -1, 2.0, True])
 def test_parameter_drift_needs_a_number_of_steps(backend, num_steps):
     with pytest.raises(ValueError, match='num_steps must be an int >= 1'):
@@ -323,3 +339,10 @@ def test_plot_drift_on_a_log_scale(backend):
     assert list(line.get_xdata()) == [1, 2, 3, 4]
     # an exact 0 is drawn at the bottom, a tenth of the smallest gap
     assert list(line.get_ydata()) == pytest.approx([1e-8, 1e-7, 2e-7, 1e-6])
+    assert ax.get_ylim() == pytest.approx((1e-9, 1.0))
+
+
+def test_plot_drift_makes_room_for_a_large_gap(backend):
+    backend.plot_drift([1e-7, 0.5, 3.0])
+    ax, = plt.gcf().axes
+    assert ax.get_ylim() == pytest.approx((1e-9, 6.0))
