@@ -26,8 +26,14 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt \
 		--no-build-isolation -e .
 	touch $(STAMP)
 
+# JupyterLab's menus in the language of the machine's locale (LC_ALL,
+# LC_MESSAGES, LANG), or in LAB_LANG=fr|tr|zh|en (not LANG: that is the
+# locale itself): tools/lab_language.py writes the choice as a default
+# setting under build/, read through JUPYTER_CONFIG_PATH.
 # Root (a container) has to say so to Jupyter.
 lab: $(STAMP)
+	config=$$($(PY) tools/lab_language.py $(LAB_LANG)) && \
+	JUPYTER_CONFIG_PATH="$$config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	$(VENV)/bin/jupyter lab notebooks/ \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 

@@ -19,6 +19,8 @@ import urllib.request
 
 import numpy as np
 
+from d2lpar import fonts
+
 # The names each backend re-exports as they are.
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
@@ -256,6 +258,7 @@ def plot_timings(descriptions, sum_of=(), title=None, ax=None):
     the dict that was drawn, {label: seconds}.
     """
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     times = {d: Benchmark.last(d) for d in descriptions}
     if sum_of:
         times[' + '.join(sum_of)] = sum(Benchmark.last(d) for d in sum_of)
@@ -289,6 +292,7 @@ class Animator:
                  ylim=None, xscale='linear', yscale='linear',
                  fmts=('-', 'm--', 'g-.', 'r:'), figsize=(3.5, 2.5)):
         import matplotlib.pyplot as plt
+        fonts.use_cjk_font()  # Chinese text, no missing glyph
         self.fig, self.ax = plt.subplots(figsize=figsize, layout='tight')
         plt.close(self.fig)  # shown through the display handle only
         self.labels = (xlabel, ylabel, legend or [], xlim, ylim, xscale,
@@ -844,6 +848,7 @@ class Timeline:
         """A Gantt chart: one row per device, stream or thread; compute
         and copies in different colours; time in milliseconds."""
         import matplotlib.pyplot as plt
+        fonts.use_cjk_font()  # Chinese text, no missing glyph
         from matplotlib.patches import Patch
         rows = self.rows()
         if ax is None:
@@ -938,6 +943,7 @@ def plot_scaling(results, title=None):
     from a list of `TrainResult`, with the ideal linear speedup drawn from
     the one-device run."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     results = sorted(results, key=lambda r: len(r.devices))
     ks = [len(r.devices) for r in results]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 2.6))
@@ -1007,6 +1013,7 @@ def plot_allreduce(rows, copy_bandwidth=None, title=None):
     shows the one-host floor: k replicas of N bytes must at least be read
     and written once, 2kN bytes."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     counts = sorted({r['devices'] for r in rows})
     fig, axes = plt.subplots(1, len(counts), figsize=(3.3 * len(counts), 2.8),
                              squeeze=False, sharey=True)

@@ -32,6 +32,7 @@ import uuid
 import numpy as np
 
 from d2lpar import _common
+from d2lpar import fonts
 
 HOST = '127.0.0.1'
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -514,6 +515,7 @@ def plot_processes(results, title=None, ax=None):
     """Stacked bars, one per process: compute, communication, and the
     rest of the training loop's time (data, updates, waiting)."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     rows = list(_rows(results))[::-1]
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.0))

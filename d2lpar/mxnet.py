@@ -40,6 +40,7 @@ from mxnet.gluon import nn  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
+from d2lpar import fonts as _fonts  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
@@ -50,6 +51,10 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
 npx.set_np()
 
 __all__ = _common.SHARED + _common.BACKEND
+
+# Chinese text in every plot of the lesson, its own plt calls included: d2l
+# has imported matplotlib, so register the CJK font now (d2lpar/fonts.py).
+_fonts.use_cjk_font_if_loaded()
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
