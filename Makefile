@@ -15,10 +15,13 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt \
+		pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check \
 		-r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
+		-r requirements-nodeps.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
 		--no-build-isolation -e .
 	touch $(STAMP)
@@ -36,7 +39,8 @@ notebooks:
 check-notebooks:
 	$(PYTHON) tools/notebooks.py check
 
-# Redraw the SVG pictures of the lessons (notebooks/img/).
+# Redraw the SVG pictures of the lessons, one per language
+# (notebooks/img/<lang>/).
 figures: $(STAMP)
 	$(PY) tools/figures.py
 
