@@ -194,8 +194,9 @@ def lesson_use_gpus(d2l):
     with `d2l` (its expression, read from the English source)."""
     source = (pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
               / 'en' / 'distributed.md').read_text()
-    settings = source[source.index('settings = dict('):]
-    found = re.search(r'use_gpus=([^)]*?)\)\n', settings)
+    cell = source[source.index('settings = dict('):]
+    cell = cell[:cell.index('\n```')]
+    found = re.search(r'use_gpus=(.+)\)$', cell, re.M)
     assert found, 'lesson 4 passes no use_gpus in its settings'
     return eval(found[1], {'d2l': d2l})
 

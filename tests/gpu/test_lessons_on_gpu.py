@@ -8,11 +8,12 @@ source (the book's recorded runs, or the hardware's documentation).
   products compute, on the timeline, and compute and copy together take
   less than the two one after the other; the workload fits the GPU's free
   memory (`products_that_fit`);
+- lesson 1: copies queued on the compute stream do not overlap;
 - lesson 4: two processes when only one GPU is visible
   (CUDA_VISIBLE_DEVICES=0) run, on the CPU, and say where each rank ran;
   the lesson's two runs use the same kind of device and agree after the
   first step; a process alone on the GPU times its allreduce with CUDA
-  events;
+  events; on two GPUs, each process takes one, with NCCL;
 - lesson 4 (MXNet): workers on GPUs, skipped, with the reason, when MXNet
   sees no GPU (the pinned mxnet wheel is built without CUDA).
 """
@@ -50,16 +51,24 @@ def overlap(span, others):
 
 
 def test_side_stream_copies_overlap_the_products():
-    """Lesson 1, 'Parallel Computation and Communication': "On a GPU,
-    `launch(..., queue='copy')` queues the copy on a side stream ... so
-    each copy starts once its product is done while the next products
-    keep the GPU's compute units busy"; "the copies (orange) run while
-    later products (blue) are still being computed"; "On a GPU, computing
-    and copying together take less time than the two one after the
-    other"; the table's "the GPU computes while its copy engine moves
-    data: overlap". Also: the lesson's workload fits this GPU
-    (`products_that_fit`) and the pinned buffers hold the products after
-    a synchronize."""
+    """Lesson 1 (PyTorch), 'Parallel Computation and Communication':
+    - "On a GPU, `launch(..., queue='copy')` queues the copy on a side
+      stream ... so each copy starts once its product is done while the
+      next products keep the GPU's compute units busy" (and the test
+      below: "Without the side stream ... nothing would overlap");
+    - "the copies (orange) run while later products (blue) are still
+      being computed, in the two lanes of the GPU's row" and the
+      timeline's "A GPU gets one row for all of its streams";
+    - "On a GPU, computing and copying together take less time than the
+      two one after the other"; the table's "the GPU computes while its
+      copy engine moves data: overlap";
+    - the copy of a result and its product take "the same order of
+      time" (the hardware's figures: within a factor of 10 here);
+    - "On a GPU, `launch` just calls `fn`: its kernels are queued on the
+      GPU's stream, so the call returns before they run", and
+      `synchronize` waits for every stream of the device (the pinned
+      buffers, filled by the side stream, hold the products after it);
+    - the workload fits this GPU (`products_that_fit`)."""
     import torch
     from d2lpar import torch as d2l
     device = torch.device('cuda', 0)
@@ -100,6 +109,14 @@ def test_side_stream_copies_overlap_the_products():
 
     compute_and_copy()  # warm up
     d2l.synchronize([device])
+    start = time.perf_counter()
+    d2l.launch(device, products, a, b, y)
+    queued = time.perf_counter() - start
+    d2l.synchronize([device])
+    finished = time.perf_counter() - start
+    print(f'launch returned after {queued:.4f} s, synchronize after '
+          f'{finished:.4f} s')
+    assert finished > 5 * queued, 'launch waited for the products'
     compute = best(lambda: d2l.launch(device, products, a, b, y))
     copy = best(lambda: d2l.launch(device, copy_to_cpu, y, y_cpu,
                                    queue='copy'))
@@ -129,9 +146,47 @@ def test_side_stream_copies_overlap_the_products():
     assert beside >= MIN_OVERLAP * copying, \
         f'only {beside / copying:.0%} of the copies\' time overlaps a ' \
         f'product on the timeline (expected >= {MIN_OVERLAP:.0%})'
+    assert 0.1 < copy / compute < 10, \
+        f'copying ({copy:.3f} s) and computing ({compute:.3f} s) are not ' \
+        f'of the same order of time'
     assert ratio < MAX_RATIO, \
         f'compute and copy together took {ratio:.2f} of compute + copy ' \
         f'(expected < {MAX_RATIO})'
+
+
+def test_copies_on_the_compute_stream_do_not_overlap():
+    """Lesson 1 (PyTorch): "Without the side stream the copies would sit
+    in the compute stream's queue, each one waiting for the product
+    before it, and nothing would overlap": with the copies queued on the
+    compute stream, the timeline shows (almost) no copy beside a
+    product."""
+    import torch
+    from d2lpar import torch as d2l
+    device = torch.device('cuda', 0)
+    n = min(10, d2l.products_that_fit(PRODUCTS, (SIZE, SIZE), [device]))
+    a = torch.rand(size=(SIZE, SIZE), device=device)
+    y = [torch.empty(size=(SIZE, SIZE), device=device) for _ in range(n)]
+    y_cpu = [torch.empty(size=(SIZE, SIZE), pin_memory=True)
+             for _ in range(n)]
+
+    def one_stream():
+        for t, buffer in zip(y, y_cpu):
+            torch.mm(a, a, out=t)
+            buffer.copy_(t, non_blocking=True)  # the same stream
+
+    one_stream()  # warm up
+    d2l.synchronize([device])
+    with d2l.Timeline() as tl:
+        one_stream()
+    row = [e for e in tl.events if e.row == f'cuda:{device.index}']
+    kernels = [(e.start, e.end) for e in row if e.kind == 'compute']
+    copies = [(e.start, e.end) for e in row if e.kind == 'copy']
+    assert len(copies) >= n
+    copying = sum(b - a for a, b in copies)
+    beside = sum(overlap(c, kernels) for c in copies)
+    print(f'one stream: {beside / copying:.0%} of the copies\' time beside '
+          f'a product')
+    assert beside < 0.1 * copying
 
 
 # -- lesson 4: two processes, one visible GPU ---------------------------------
@@ -183,6 +238,20 @@ def test_two_processes_on_one_visible_gpu(tmp_path, monkeypatch, capsys):
     largest = max(float(np.abs(first[n] - second[n]).max()) for n in first)
     assert largest < 1e-5, \
         f'1 and 2 processes differ by {largest:.1e} after step 1'
+
+
+def test_two_processes_on_two_gpus(tmp_path, two_gpus):
+    """Lesson 4 (PyTorch): "On a machine with at least as many GPUs as
+    processes, the same script gives each process its own GPU and uses
+    NCCL instead of Gloo"; with the lesson's use_gpus (two GPUs: True),
+    the one-process run takes a GPU too."""
+    one = distributed.launch_torch(1, tmp_path / 'one', ARGS, timeout=300,
+                                   use_gpus=True)
+    two = distributed.launch_torch(2, tmp_path / 'two', ARGS, timeout=300,
+                                   use_gpus=True)
+    print('; '.join(where(one) + where(two)))
+    assert where(one) == ['rank 0: cuda:0 (nccl)']
+    assert where(two) == ['rank 0: cuda:0 (nccl)', 'rank 1: cuda:1 (nccl)']
 
 
 # -- lesson 4 with MXNet: workers on GPUs -------------------------------------
