@@ -29,11 +29,11 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
     'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
-    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
-    'forward_backward', 'get_params', 'gpu', 'launch', 'lenet',
-    'lenet_params', 'load_data_fashion_mnist',
-    'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
-    'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
+    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands',
+    'evaluate_accuracy', 'forward_backward', 'get_params', 'gpu', 'launch',
+    'lenet', 'lenet_params', 'load_data_fashion_mnist', 'loss',
+    'measure_allreduce', 'num_gpus', 'plot_processes', 'print_processes',
+    'products_that_fit', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',
     'train_distributed', 'train_step_timeline', 'try_all_gpus',
     'try_devices', 'try_gpu']
@@ -64,6 +64,34 @@ def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
             f'device{"s" if num_wanted > 1 else ""} requested: using '
             f'{what} ({stand_ins}), {each} with {threads_each} '
             f'CPU thread(s) of its own ({share}).')
+
+
+def products_that_fit_with(free_bytes, num_products, shape, devices):
+    """`products_that_fit`, given ``free_bytes(device)``: the bytes free
+    on `device` when it is a GPU, None for any other device."""
+    devices = check_devices(devices)
+    if not isinstance(num_products, int) or num_products < 1:
+        raise ValueError(f'num_products must be an int >= 1, got '
+                         f'{num_products!r}.')
+    each = 4 * int(np.prod(shape))  # one float32 result
+    fit = num_products
+    for device in devices:
+        free = free_bytes(device)
+        if free is None:  # not a GPU: the workload stays as it is
+            continue
+        # Leave a tenth of the free memory (at least 256 MiB) to the
+        # framework's own workspaces, and room for the input matrix
+        usable = free - max(free // 10, 256 << 20) - each
+        n = usable // each
+        if n < 1:
+            raise ValueError(
+                f'{device} has {free / 1e9:.2f} GB free: not enough for '
+                f'even one product of shape {tuple(shape)} '
+                f'({each / 1e6:.0f} MB a result). Free GPU memory (restart '
+                f'the other notebooks that use it) or take smaller '
+                f'matrices.')
+        fit = min(fit, int(n))
+    return fit
 
 
 # --------------------------------------------------------------------------
@@ -845,26 +873,35 @@ class Timeline:
         return sorted({e.row for e in self.events})
 
     def plot(self, title=None, ax=None):
-        """A Gantt chart: one row per device, stream or thread; compute
-        and copies in different colours; time in milliseconds."""
+        """A Gantt chart: one row per device or thread (a GPU has one row
+        for all of its streams); compute and copies in different colours;
+        time in milliseconds. A row with work of several kinds is cut
+        into lanes, one per kind, so that a copy that overlaps a
+        computation of the same device (a GPU's side stream) is drawn
+        beside it rather than over it."""
         import matplotlib.pyplot as plt
         fonts.use_cjk_font()  # Chinese text, no missing glyph
         from matplotlib.patches import Patch
         rows = self.rows()
         if ax is None:
             _, ax = plt.subplots(figsize=(6.5, 0.5 * len(rows) + 1.1))
+        lanes = {}  # (row, kind) -> (bottom, height) of its bars
         for y, row in enumerate(rows):
-            for kind, color in KIND_COLORS.items():
+            kinds = [k for k in KIND_COLORS if any(
+                e.row == row and e.kind == k for e in self.events)]
+            for i, kind in enumerate(kinds):
+                height = 0.7 / len(kinds)
+                lanes[row, kind] = (y - 0.35 + i * height, height)
                 spans = [(1e3 * e.start, max(1e3 * (e.end - e.start), 1e-3))
                          for e in self.events if e.row == row
                          and e.kind == kind]
-                if spans:
-                    ax.broken_barh(spans, (y - 0.35, 0.7), color=color,
-                                   edgecolor='white', linewidth=0.3)
+                ax.broken_barh(spans, lanes[row, kind], color=KIND_COLORS[
+                    kind], edgecolor='white', linewidth=0.3)
         total = max((e.end for e in self.events), default=1)
         for e in self.events:  # name the bars that are wide enough
             if e.end - e.start > 0.08 * total:
-                ax.text(1e3 * (e.start + e.end) / 2, rows.index(e.row),
+                bottom, height = lanes[e.row, e.kind]
+                ax.text(1e3 * (e.start + e.end) / 2, bottom + height / 2,
                         e.name, ha='center', va='center', fontsize=7,
                         color='white', clip_on=True)
         ax.set_yticks(range(len(rows)), rows)

@@ -99,6 +99,28 @@ def try_devices(num_devices):
     return [torch.device('cpu', i) for i in range(num_devices)]
 
 
+def products_that_fit(num_products, shape, devices):
+    """How many of `num_products` float32 results of `shape` fit, with
+    their input matrix, into the free memory of every GPU among `devices`
+    (keeping a tenth of it, at least 256 MiB, for the framework): all
+    `num_products` on the CPU and on CPU stand-ins, fewer on a GPU with
+    too little free memory (the book's 50 products of 4000x4000 keep
+    3.2 GB of results on each GPU). A ValueError when not even one fits.
+    The free memory is what the driver reports
+    (``torch.cuda.mem_get_info``) plus what PyTorch's caching allocator
+    holds unused."""
+    def free_bytes(device):
+        device = torch.device(device)
+        if device.type != 'cuda':
+            return None
+        cached = (torch.cuda.memory_reserved(device)
+                  - torch.cuda.memory_allocated(device))
+        return torch.cuda.mem_get_info(device)[0] + cached
+
+    return _common.products_that_fit_with(free_bytes, num_products, shape,
+                                          devices)
+
+
 # The worker threads of the CPU stand-ins: each computes with half of the
 # threads PyTorch was given (torch.set_num_threads in a thread sets that
 # thread's own count)
@@ -810,16 +832,19 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 # --------------------------------------------------------------------------
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
-                      crash_at_step=None):
+                      crash_at_step=None, use_gpus=None):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
     global batch; print and return a `DistributedResult` with the times of
     every process. A crashed worker, a port in use or the `timeout` end the
     run with a RuntimeError, and no process is left behind;
-    `crash_at_step` makes the last process fail on purpose."""
+    `crash_at_step` makes the last process fail on purpose.
+    The processes train on GPUs when each can have one of its own, else
+    on the CPU; `use_gpus` False puts them on the CPU in any case, True
+    requires the GPUs. Runs to be compared use the same kind of device."""
     return _distributed.train('torch', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
-                              crash_at_step)
+                              crash_at_step, use_gpus=use_gpus)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,
