@@ -20,6 +20,7 @@ import urllib.request
 import numpy as np
 
 from d2lpar import cost as _cost
+from d2lpar import fonts
 from d2lpar.cost import (  # noqa: F401 (re-exported by both backends)
     LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model)
 
@@ -35,12 +36,12 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
     'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
-    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
-    'forward_backward', 'get_params', 'gpu', 'launch', 'lenet',
-    'lenet_params', 'load_data_fashion_mnist',
-    'loss', 'measure_allreduce', 'num_gpus', 'parameter_drift',
-    'plot_processes',
-    'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
+    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands',
+    'evaluate_accuracy', 'forward_backward', 'get_params', 'gpu', 'launch',
+    'lenet', 'lenet_params', 'load_data_fashion_mnist', 'loss',
+    'measure_allreduce', 'num_gpus', 'parameter_drift', 'plot_processes',
+    'print_processes', 'products_that_fit', 'resnet18', 'ring_allreduce',
+    'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',
     'train_distributed', 'train_step_timeline', 'try_all_gpus',
     'try_devices', 'try_gpu']
@@ -71,6 +72,34 @@ def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
             f'device{"s" if num_wanted > 1 else ""} requested: using '
             f'{what} ({stand_ins}), {each} with {threads_each} '
             f'CPU thread(s) of its own ({share}).')
+
+
+def products_that_fit_with(free_bytes, num_products, shape, devices):
+    """`products_that_fit`, given ``free_bytes(device)``: the bytes free
+    on `device` when it is a GPU, None for any other device."""
+    devices = check_devices(devices)
+    if not isinstance(num_products, int) or num_products < 1:
+        raise ValueError(f'num_products must be an int >= 1, got '
+                         f'{num_products!r}.')
+    each = 4 * int(np.prod(shape))  # one float32 result
+    fit = num_products
+    for device in devices:
+        free = free_bytes(device)
+        if free is None:  # not a GPU: the workload stays as it is
+            continue
+        # Leave a tenth of the free memory (at least 256 MiB) to the
+        # framework's own workspaces, and room for the input matrix
+        usable = free - max(free // 10, 256 << 20) - each
+        n = usable // each
+        if n < 1:
+            raise ValueError(
+                f'{device} has {free / 1e9:.2f} GB free: not enough for '
+                f'even one product of shape {tuple(shape)} '
+                f'({each / 1e6:.0f} MB a result). Free GPU memory (restart '
+                f'the other notebooks that use it) or take smaller '
+                f'matrices.')
+        fit = min(fit, int(n))
+    return fit
 
 
 # --------------------------------------------------------------------------
@@ -265,6 +294,7 @@ def plot_timings(descriptions, sum_of=(), title=None, ax=None):
     the dict that was drawn, {label: seconds}.
     """
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     times = {d: Benchmark.last(d) for d in descriptions}
     if sum_of:
         times[' + '.join(sum_of)] = sum(Benchmark.last(d) for d in sum_of)
@@ -298,6 +328,7 @@ class Animator:
                  ylim=None, xscale='linear', yscale='linear',
                  fmts=('-', 'm--', 'g-.', 'r:'), figsize=(3.5, 2.5)):
         import matplotlib.pyplot as plt
+        fonts.use_cjk_font()  # Chinese text, no missing glyph
         self.fig, self.ax = plt.subplots(figsize=figsize, layout='tight')
         plt.close(self.fig)  # shown through the display handle only
         self.labels = (xlabel, ylabel, legend or [], xlim, ylim, xscale,
@@ -880,25 +911,35 @@ class Timeline:
         return sorted({e.row for e in self.events})
 
     def plot(self, title=None, ax=None):
-        """A Gantt chart: one row per device, stream or thread; compute
-        and copies in different colours; time in milliseconds."""
+        """A Gantt chart: one row per device or thread (a GPU has one row
+        for all of its streams); compute and copies in different colours;
+        time in milliseconds. A row with work of several kinds is cut
+        into lanes, one per kind, so that a copy that overlaps a
+        computation of the same device (a GPU's side stream) is drawn
+        beside it rather than over it."""
         import matplotlib.pyplot as plt
+        fonts.use_cjk_font()  # Chinese text, no missing glyph
         from matplotlib.patches import Patch
         rows = self.rows()
         if ax is None:
             _, ax = plt.subplots(figsize=(6.5, 0.5 * len(rows) + 1.1))
+        lanes = {}  # (row, kind) -> (bottom, height) of its bars
         for y, row in enumerate(rows):
-            for kind, color in KIND_COLORS.items():
+            kinds = [k for k in KIND_COLORS if any(
+                e.row == row and e.kind == k for e in self.events)]
+            for i, kind in enumerate(kinds):
+                height = 0.7 / len(kinds)
+                lanes[row, kind] = (y - 0.35 + i * height, height)
                 spans = [(1e3 * e.start, max(1e3 * (e.end - e.start), 1e-3))
                          for e in self.events if e.row == row
                          and e.kind == kind]
-                if spans:
-                    ax.broken_barh(spans, (y - 0.35, 0.7), color=color,
-                                   edgecolor='white', linewidth=0.3)
+                ax.broken_barh(spans, lanes[row, kind], color=KIND_COLORS[
+                    kind], edgecolor='white', linewidth=0.3)
         total = max((e.end for e in self.events), default=1)
         for e in self.events:  # name the bars that are wide enough
             if e.end - e.start > 0.08 * total:
-                ax.text(1e3 * (e.start + e.end) / 2, rows.index(e.row),
+                bottom, height = lanes[e.row, e.kind]
+                ax.text(1e3 * (e.start + e.end) / 2, bottom + height / 2,
                         e.name, ha='center', va='center', fontsize=7,
                         color='white', clip_on=True)
         ax.set_yticks(range(len(rows)), rows)
@@ -977,6 +1018,7 @@ def plot_scaling(results, title=None):
     from a list of `TrainResult`, with the ideal linear speedup drawn from
     the one-device run."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     results = sorted(results, key=lambda r: len(r.devices))
     ks = [len(r.devices) for r in results]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 2.6))
@@ -1050,6 +1092,7 @@ def plot_allreduce(rows, copy_bandwidth=None, link=None, title=None):
     model on `link` (a key of `LINKS`, from `gpu_link()`), and there is
     none when `link` is None."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     counts = sorted({r['devices'] for r in rows})
     fig, axes = plt.subplots(1, len(counts), figsize=(3.3 * len(counts), 2.8),
                              squeeze=False, sharey=True)
@@ -1084,6 +1127,7 @@ def plot_drift(drift, title=None):
     """The largest absolute difference between the parameters of two runs
     after each step (`drift`, from `parameter_drift`), on a log scale."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     steps = range(1, len(drift) + 1)
     fig, ax = plt.subplots(figsize=(4.5, 2.6))
     # A difference of exactly 0 has no place on a log scale: draw it at the

@@ -21,6 +21,8 @@ import re
 import shutil
 import subprocess
 
+from d2lpar import fonts
+
 Link = collections.namedtuple('Link', 'label alpha beta')
 Link.__doc__ = ('A link between devices: a label, the latency `alpha` in '
                 'seconds per message and the bandwidth `beta` in bytes per '
@@ -182,6 +184,7 @@ def plot_cost_model(rows, k=None, links=None, title=None):
     (default: the most devices in `rows`), with the times this machine
     measured (`rows` from `measure_allreduce`, at that k) as points."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     if k is None:
         k = max(r['devices'] for r in rows)
     mine = [r for r in rows if r['devices'] == k]
