@@ -20,11 +20,17 @@ import urllib.request
 import numpy as np
 
 from d2lpar import fonts
+from d2lpar.sharding import (  # noqa: F401 (shared by both backends)
+    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
+    plot_memory, shard_bounds, zero_memory)
 
 # The names each backend re-exports as they are.
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
-          'plot_scaling', 'plot_timings', 'say_once']
+          'plot_scaling', 'plot_timings', 'say_once',
+          # lesson 5 (d2lpar/sharding.py)
+          'bubble_fraction', 'collective_seconds', 'gpipe_schedule',
+          'measured_bubble', 'plot_memory', 'shard_bounds', 'zero_memory']
 # The public names that d2lpar.torch and d2lpar.mxnet each define in their
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
@@ -36,7 +42,11 @@ BACKEND = [
     'products_that_fit', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',
     'train_distributed', 'train_step_timeline', 'try_all_gpus',
-    'try_devices', 'try_gpu']
+    'try_devices', 'try_gpu',
+    # lesson 5
+    'adam', 'all_gather', 'gpipe_step', 'held_bytes', 'mlp', 'mlp_params',
+    'pipeline_params', 'reduce_scatter', 'split_columns', 'split_rows',
+    'stage_forward', 'tensor_parallel_mlp', 'zero_replicas', 'zero_step']
 
 # --------------------------------------------------------------------------
 # Messages that a lesson prints once per process
