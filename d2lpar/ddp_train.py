@@ -37,7 +37,12 @@ pass, then the two times overlap too; LeNet fits in one bucket.) On a GPU
 the times are those of CUDA events queued on the stream, which the GPU
 stamps when it runs them; they are read after training, so that the hook
 never waits for the GPU. *Total* is the wall time of the training
-loop, updates included. Writes OUT/rank{r}.json per process and, on rank
+loop, updates included. With ``--fsdp`` each layer, then the whole
+model, is sharded with FSDP's ``fully_shard`` instead of wrapped in DDP:
+every process keeps 1/world of each parameter, its gradient and its
+optimizer state, gathers a layer's parameters just before it computes and
+reduce-scatters its gradients; there is no hook, so *compute* includes
+that communication. Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
 """
