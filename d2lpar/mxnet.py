@@ -792,8 +792,8 @@ def pipeline_params(width=512):
     """Two pipeline stages of an MLP, as lists of (weight, bias): stage 0
     784 -> width -> width, stage 1 width -> width -> 10."""
     def layer(n_in, n_out):
-        return [np.random.normal(scale=(2 / n_in) ** 0.5, size=(n_in, n_out)),
-                np.zeros(n_out)]
+        W = np.random.normal(scale=(2 / n_in) ** 0.5, size=(n_in, n_out))
+        return [W, np.zeros(n_out)]
     return [layer(784, width) + layer(width, width),
             layer(width, width) + layer(width, 10)]
 
