@@ -23,6 +23,9 @@ from d2lpar import cost as _cost
 from d2lpar import fonts
 from d2lpar.cost import (  # noqa: F401 (re-exported by both backends)
     LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model)
+from d2lpar.sharding import (  # noqa: F401 (shared by both backends)
+    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
+    plot_memory, shard_bounds, zero_memory)
 
 # The names each backend re-exports as they are.
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
@@ -31,7 +34,10 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           # the cost model of an allreduce (d2lpar.cost) and the drift
           # between runs on 1 and 2 devices
           'LINKS', 'Link', 'allreduce_time', 'format_seconds', 'gpu_link',
-          'plot_cost_model', 'plot_drift']
+          'plot_cost_model', 'plot_drift',
+          # lesson 5 (d2lpar/sharding.py)
+          'bubble_fraction', 'collective_seconds', 'gpipe_schedule',
+          'measured_bubble', 'plot_memory', 'shard_bounds', 'zero_memory']
 # The public names that d2lpar.torch and d2lpar.mxnet each define in their
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
@@ -44,7 +50,11 @@ BACKEND = [
     'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',
     'train_distributed', 'train_step_timeline', 'try_all_gpus',
-    'try_devices', 'try_gpu']
+    'try_devices', 'try_gpu',
+    # lesson 5
+    'adam', 'all_gather', 'gpipe_step', 'held_bytes', 'mlp', 'mlp_params',
+    'pipeline_params', 'reduce_scatter', 'split_columns', 'split_rows',
+    'stage_forward', 'tensor_parallel_mlp', 'zero_replicas', 'zero_step']
 
 # --------------------------------------------------------------------------
 # Messages that a lesson prints once per process

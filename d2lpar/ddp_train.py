@@ -37,7 +37,12 @@ pass, then the two times overlap too; LeNet fits in one bucket.) On a GPU
 the times are those of CUDA events queued on the stream, which the GPU
 stamps when it runs them; they are read after training, so that the hook
 never waits for the GPU. *Total* is the wall time of the training
-loop, updates included. Writes OUT/rank{r}.json per process and, on rank
+loop, updates included. With ``--fsdp`` each layer, then the whole
+model, is sharded with FSDP's ``fully_shard`` instead of wrapped in DDP:
+every process keeps 1/world of each parameter, its gradient and its
+optimizer state, gathers a layer's parameters just before it computes and
+reduce-scatters its gradients; there is no hook, so *compute* includes
+that communication. Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
 """
@@ -50,6 +55,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
@@ -152,6 +158,9 @@ def timed_allreduce(timer, bucket):
 
 def parse_args(argv=None):
     p = _common.training_arguments(__doc__.split('\n\n')[0], 'processes')
+    p.add_argument('--fsdp', action='store_true',
+                   help='shard parameters, gradients and optimizer state '
+                   'with FSDP (fully_shard) instead of DDP')
     return p.parse_args(argv)
 
 
@@ -188,10 +197,14 @@ def main(argv=None):
     if len(y_train) < B:
         raise ValueError(f'{len(y_train)} training examples make no global '
                          f'batch of {B}.')
-    model = DistributedDataParallel(  # broadcasts rank 0's parameters
-        lenet(args.seed).to(device), device_ids=[local_rank] if cuda else None)
     timer = CommTimer(cuda)
-    model.register_comm_hook(timer, timed_allreduce)
+    if args.fsdp:  # each process keeps 1/world of every layer's tensors
+        model = Sharded(lenet(args.seed).to(device))
+    else:
+        model = DistributedDataParallel(  # broadcasts rank 0's parameters
+            lenet(args.seed).to(device),
+            device_ids=[local_rank] if cuda else None)
+        model.register_comm_hook(timer, timed_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     total_steps = len(y_train) // B * args.epochs
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
@@ -215,12 +228,17 @@ def main(argv=None):
             optimizer.zero_grad()
             loss = loss_fn(model(X), y)
             loss.backward()  # DDP averages the gradients over processes
+            if args.fsdp:  # no hook: computing includes communicating
+                timer.handed_over = timer.mark()
             timer.end_step(t0)
             optimizer.step()
-            if step == 1 and rank == 0:
-                np.savez(os.path.join(args.out, 'params_step1.npz'),
-                         **{k: v.detach().cpu().numpy() for k, v in
-                            model.module.state_dict().items()})
+            if step == 1:  # FSDP: every process gathers the whole tensors
+                whole = {k: v.full_tensor() if args.fsdp else v for k, v in
+                         model.module.state_dict().items()}
+                if rank == 0:
+                    np.savez(os.path.join(args.out, 'params_step1.npz'),
+                             **{k: v.detach().cpu().numpy()
+                                for k, v in whole.items()})
         if rank == 0:
             print(f'epoch {epoch + 1}: loss {loss.item():.3f} (rank 0 shard)'
                   f', {time.perf_counter() - start:.1f} sec', flush=True)
@@ -235,8 +253,11 @@ def main(argv=None):
             'first_shard_of_epoch': first_shards}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
+    if args.fsdp:  # a forward pass gathers parameters: all processes take it
+        acc = evaluate(model.module, X_test, y_test, device)
     if rank == 0:
-        mine['test_acc'] = evaluate(model.module, X_test, y_test, device)
+        mine['test_acc'] = (acc if args.fsdp else
+                            evaluate(model.module, X_test, y_test, device))
         result = {'framework': 'torch', 'world_size': world,
                   'backend': backend, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
@@ -250,6 +271,22 @@ def main(argv=None):
               f'({backend}), {total:.1f} sec', flush=True)
     write_json(os.path.join(args.out, f'rank{rank}.json'), mine)
     dist.destroy_process_group()
+
+
+class Sharded(nn.Module):
+    """`net` sharded with FSDP's ``fully_shard``: every layer with
+    parameters is a unit of its own (gathered just before it computes,
+    freed after), then the whole model; ``.module`` is `net`, as in DDP."""
+
+    def __init__(self, net):
+        super().__init__()
+        for layer in net:
+            if any(True for _ in layer.parameters()):
+                fully_shard(layer)
+        self.module = fully_shard(net)
+
+    def forward(self, X):
+        return self.module(X)
 
 
 def evaluate(net, X, y, device, batch_size=1024):

@@ -436,7 +436,7 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
 # --------------------------------------------------------------------------
 def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
-          crash_at_step=None, out_dir=None, use_gpus=None):
+          crash_at_step=None, out_dir=None, use_gpus=None, sharded=False):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
@@ -459,6 +459,12 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         out_dir = tempfile.mkdtemp(prefix=f'd2lpar-{framework}-'
                                           f'{num_workers}-')
     args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs]
+    if sharded and framework != 'torch':
+        raise NotImplementedError(
+            'MXNet has no sharded data parallelism like FSDP: see the '
+            'from-scratch ZeRO of lesson 5 (d2l.zero_step).')
+    if sharded:
+        args.append('--fsdp')
     if num_train is not None:
         args += ['--num-train', num_train]
     if num_test is not None:

@@ -8,6 +8,7 @@ and says so once.
 """
 import ctypes
 import json
+import math
 import os
 import queue
 import tempfile
@@ -48,7 +49,10 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
     LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
-    plot_drift)
+    plot_drift,
+    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
+    plot_memory, shard_bounds, zero_memory)
+from d2lpar.sharding import check_collective  # noqa: E402
 
 npx.set_np()
 
@@ -653,7 +657,8 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 # --------------------------------------------------------------------------
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
-                      crash_at_step=None, use_gpus=None):
+                      crash_at_step=None, use_gpus=None,
+                      sharded=False):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (the dist_sync KVStore with a scheduler and a server), each on its
     share of every global batch; print and return a `DistributedResult`
@@ -662,10 +667,13 @@ def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
     behind; `crash_at_step` makes the last process fail on purpose.
     The processes train on GPUs when each can have one of its own, else
     on the CPU; `use_gpus` False puts them on the CPU in any case, True
-    requires the GPUs. Runs to be compared use the same kind of device."""
+    requires the GPUs. `sharded` True shards the model with FSDP
+    (PyTorch only; MXNet raises NotImplementedError). Runs to be
+    compared use the same kind of device."""
     return _distributed.train('mxnet', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
-                              crash_at_step, use_gpus=use_gpus)
+                              crash_at_step, use_gpus=use_gpus,
+                              sharded=sharded)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,
@@ -674,3 +682,214 @@ def distributed_commands(hosts, workers_per_host=1, port=29500,
     `hosts` (the first one coordinates), one line per command."""
     return _distributed.command_for_machines('mxnet', hosts,
                                              workers_per_host, port, out_dir)
+
+
+# --------------------------------------------------------------------------
+# Lesson 5: beyond data parallelism
+# --------------------------------------------------------------------------
+def reduce_scatter(data):
+    """Sum the arrays of `data` (one per device, same shape) and leave
+    shard i of the sum on device i: the rows that ``np.array_split`` gives
+    shard i, added up in the order of the devices (as `allreduce` adds).
+    The inputs are not changed."""
+    check_collective(data, 'reduce_scatter', np.ndarray, _shape)
+    b = shard_bounds(len(data[0]), len(data))
+    shards = []
+    for i, x in enumerate(data):  # device i adds up its rows
+        shard = data[0][b[i]:b[i + 1]].copyto(x.ctx)
+        for j in range(1, len(data)):
+            shard = shard + data[j][b[i]:b[i + 1]].as_in_ctx(x.ctx)
+        shards.append(shard)
+    return shards
+
+
+def all_gather(shards):
+    """Give every device the whole array: the shards (shard i on device i)
+    put back together in order. The shards are not changed."""
+    check_collective(shards, 'all_gather', np.ndarray, _shape,
+                     same_rows=False)
+    return [np.concatenate([s.as_in_ctx(x.ctx) for s in shards])
+            for x in shards]
+
+
+def _shape(x):
+    return x.shape
+
+
+MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
+
+
+def mlp_params():
+    """The parameters of an MLP with one hidden layer, in one flat vector:
+    weights drawn with standard deviation sqrt(2 / inputs), zero biases."""
+    W1 = np.random.normal(scale=(2 / 784) ** 0.5, size=(784, 256))
+    W2 = np.random.normal(scale=(2 / 256) ** 0.5, size=(256, 10))
+    return np.concatenate([W1.reshape(-1), np.zeros(256), W2.reshape(-1),
+                           np.zeros(10)])
+
+
+def mlp(X, flat):
+    """The MLP of `mlp_params`, its parameters read from the flat vector."""
+    ends = np.cumsum(np.array([math.prod(s) for s in MLP_SHAPES])).tolist()
+    W1, b1, W2, b2 = [flat[int(e - math.prod(s)):int(e)].reshape(s)
+                      for e, s in zip(ends, MLP_SHAPES)]
+    H = npx.relu(np.dot(X.reshape(X.shape[0], -1), W1) + b1)
+    return np.dot(H, W2) + b2
+
+
+def adam(param, grad, moments, *, lr, step):
+    """One Adam step (Kingma and Ba, 2015) on `param` in place, with its
+    `moments` (m, v), also in place. Only elementwise operations: a shard
+    of the vectors gets exactly the values of the whole."""
+    m, v = moments
+    m[:] = m * 0.9 + grad * 0.1
+    v[:] = v * 0.999 + grad * grad * 0.001
+    m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.999 ** step)
+    param[:] = param - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+
+
+def zero_replicas(flat, devices, stage):
+    """What each device keeps between steps, for data parallelism
+    (`stage` 0) or ZeRO stage 1, 2 or 3: the parameters, the gradients and
+    Adam's m and v, whole or only the device's shard."""
+    b = shard_bounds(len(flat), len(devices))
+    replicas = []
+    for i, device in enumerate(devices):
+        n = b[i + 1] - b[i]  # the length of this device's shard
+        replicas.append({
+            'params': (flat[b[i]:b[i + 1]] if stage >= 3 else flat).copyto(
+                device),
+            'grads': np.zeros(n if stage >= 2 else len(flat), ctx=device),
+            'm': np.zeros(n if stage >= 1 else len(flat), ctx=device),
+            'v': np.zeros(n if stage >= 1 else len(flat), ctx=device)})
+    return replicas
+
+
+def held_bytes(replica):
+    """Bytes of the arrays that one device keeps between steps."""
+    return sum(x.size * x.dtype.itemsize for x in replica.values())
+
+
+def zero_step(X, y, replicas, *, devices, lr, step, stage):
+    """One step of Adam with data parallelism (`stage` 0) or ZeRO stage
+    1, 2 or 3 on `devices`; `replicas` come from `zero_replicas`."""
+    X_shards, y_shards = split_batch(X, y, devices)
+    # 1. Each device needs all the parameters for its forward and backward
+    # pass; with ZeRO-3 they are gathered for this step only
+    if stage == 3:
+        full = all_gather([r['params'] for r in replicas])
+    else:
+        full = [r['params'] for r in replicas]
+    # 2. Each device computes the gradient on its part of the batch
+    grads = []
+    for X_i, y_i, p in zip(X_shards, y_shards, full):
+        p = p.copy()
+        p.attach_grad()
+        with autograd.record():
+            l = loss(mlp(X_i, p), y_i).sum() / X.shape[0]
+        l.backward()
+        grads.append(p.grad)
+    if stage == 0:  # 3. Everyone sums everything and updates everything
+        allreduce(grads)
+        for r, g in zip(replicas, grads):
+            r['grads'][:] = g
+            adam(r['params'], r['grads'], (r['m'], r['v']), lr=lr, step=step)
+        return
+    # 3. ZeRO: device i sums only shard i of the gradient and updates only
+    # shard i of the parameters, with its shard of m and v
+    b = shard_bounds(len(full[0]), len(devices))
+    for i, (r, g) in enumerate(zip(replicas, reduce_scatter(grads))):
+        r['grads'][:] = grads[i] if stage == 1 else g  # ZeRO-1: whole
+        mine = r['params'] if stage == 3 else r['params'][b[i]:b[i + 1]]
+        adam(mine, g, (r['m'], r['v']), lr=lr, step=step)
+    # 4. ZeRO-1 and 2: every device gets all the new parameters back
+    if stage < 3:
+        new = all_gather([r['params'][b[i]:b[i + 1]]
+                          for i, r in enumerate(replicas)])
+        for r, p in zip(replicas, new):
+            r['params'][:] = p
+
+
+def pipeline_params(width=512):
+    """Two pipeline stages of an MLP, as lists of (weight, bias): stage 0
+    784 -> width -> width, stage 1 width -> width -> 10."""
+    def layer(n_in, n_out):
+        W = np.random.normal(scale=(2 / n_in) ** 0.5, size=(n_in, n_out))
+        return [W, np.zeros(n_out)]
+    return [layer(784, width) + layer(width, width),
+            layer(width, width) + layer(width, 10)]
+
+
+def stage_forward(X, params, last=False):
+    """One pipeline stage: its layers, each followed by a ReLU except the
+    very last layer of the model."""
+    X = X.reshape(X.shape[0], -1)
+    for i in range(0, len(params), 2):
+        X = np.dot(X, params[i]) + params[i + 1]
+        if not (last and i == len(params) - 2):
+            X = npx.relu(X)
+    return X
+
+
+def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
+               timeline=None):
+    """Forward and backward passes of one batch through the stages (stage
+    s on devices[s]) in `num_microbatches` micro-batches, in the order of
+    `gpipe_schedule`; gradients add up in each parameter's ``.grad``
+    (attach them with ``grad_req='add'``). Returns the summed loss. MXNet's
+    engine runs each device's work on its own thread; `timeline` watches
+    every result."""
+    k, m = len(devices), num_microbatches
+    b = shard_bounds(len(X), m)
+    fwd = [[None] * m for _ in range(k)]  # (input, output) of each stage
+    bwd = [[None] * m for _ in range(k)]  # gradient of each stage's input
+    losses = []
+    watch = timeline.watch if timeline else (lambda a, label: a)
+    for tick in gpipe_schedule(k, m):
+        for s, kind, j in tick:
+            if kind == 'F':
+                x = X[b[j]:b[j + 1]] if s == 0 else fwd[s - 1][j][1]
+                x = x.copyto(devices[s])
+                x.attach_grad()
+                with autograd.record():
+                    out = stage_forward(x, stage_params[s], last=s == k - 1)
+                    if s == k - 1:  # the last stage ends with the loss
+                        out = loss(out, y[b[j]:b[j + 1]].as_in_ctx(
+                            devices[s])).sum() / len(X)
+                fwd[s][j] = (x, watch(out, f'F{j}'))
+            else:
+                x, out = fwd[s][j]
+                if s == k - 1:
+                    out.backward()
+                    losses.append(out)
+                else:
+                    out.backward(bwd[s + 1][j].as_in_ctx(devices[s]))
+                bwd[s][j] = watch(x.grad, f'B{j}')
+    return float(sum(float(l) for l in losses))
+
+
+def split_columns(W, b, devices):
+    """A linear layer split by columns (Megatron-LM): device i gets its
+    columns of the weight `W` (inputs x outputs) and of the bias `b`."""
+    c = shard_bounds(W.shape[1], len(devices))
+    return [(W[:, c[i]:c[i + 1]].copyto(d), b[c[i]:c[i + 1]].copyto(d))
+            for i, d in enumerate(devices)]
+
+
+def split_rows(W, devices):
+    """A linear layer split by rows: device i gets its rows of `W`."""
+    r = shard_bounds(W.shape[0], len(devices))
+    return [W[r[i]:r[i + 1]].copyto(d) for i, d in enumerate(devices)]
+
+
+def tensor_parallel_mlp(X, columns, rows, *, b2):
+    """relu(X W1 + b1) W2 + b2 with W1, b1 split by columns (`columns`)
+    and W2 by rows (`rows`): each device computes its columns of the
+    hidden layer and a partial sum of the output; one allreduce adds the
+    partial sums. Returns the output on every device."""
+    X, partial = X.reshape(X.shape[0], -1), []
+    for (W1_i, b1_i), W2_i in zip(columns, rows):
+        H_i = npx.relu(np.dot(X.as_in_ctx(W1_i.ctx), W1_i) + b1_i)
+        partial.append(np.dot(H_i, W2_i))  # its share of the output
+    allreduce(partial)
+    return [Y + b2.as_in_ctx(Y.ctx) for Y in partial]

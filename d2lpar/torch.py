@@ -7,6 +7,7 @@ than there are, `try_devices` hands out CPU stand-ins and says so once.
 import contextlib
 import copy
 import io
+import math
 import os
 import pickle
 import tempfile
@@ -38,7 +39,10 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
     LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
-    plot_drift)
+    plot_drift,
+    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
+    plot_memory, shard_bounds, zero_memory)
+from d2lpar.sharding import check_collective  # noqa: E402
 
 __all__ = _common.SHARED + _common.BACKEND
 
@@ -854,7 +858,8 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 # --------------------------------------------------------------------------
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
-                      crash_at_step=None, use_gpus=None):
+                      crash_at_step=None, use_gpus=None,
+                      sharded=False):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
     global batch; print and return a `DistributedResult` with the times of
@@ -863,10 +868,13 @@ def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
     `crash_at_step` makes the last process fail on purpose.
     The processes train on GPUs when each can have one of its own, else
     on the CPU; `use_gpus` False puts them on the CPU in any case, True
-    requires the GPUs. Runs to be compared use the same kind of device."""
+    requires the GPUs. `sharded` True shards the model with FSDP
+    (PyTorch only; MXNet raises NotImplementedError). Runs to be
+    compared use the same kind of device."""
     return _distributed.train('torch', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
-                              crash_at_step, use_gpus=use_gpus)
+                              crash_at_step, use_gpus=use_gpus,
+                              sharded=sharded)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,
@@ -875,3 +883,219 @@ def distributed_commands(hosts, workers_per_host=1, port=29500,
     `hosts` (the first one coordinates), one line per command."""
     return _distributed.command_for_machines('torch', hosts,
                                              workers_per_host, port, out_dir)
+
+
+# --------------------------------------------------------------------------
+# Lesson 5: beyond data parallelism
+# --------------------------------------------------------------------------
+def reduce_scatter(data):
+    """Sum the arrays of `data` (one per device, same shape) and leave
+    shard i of the sum on device i: the rows that ``np.array_split`` gives
+    shard i, added up in the order of the devices (as `allreduce` adds).
+    The inputs are not changed."""
+    check_collective(data, 'reduce_scatter', torch.Tensor, _shape)
+    b = shard_bounds(len(data[0]), len(data))
+    shards = []
+    with torch.no_grad():
+        for i, x in enumerate(data):  # device i adds up its rows
+            shard = data[0][b[i]:b[i + 1]].to(x.device, copy=True)
+            for j in range(1, len(data)):
+                shard += data[j][b[i]:b[i + 1]].to(x.device)
+            shards.append(shard)
+    return shards
+
+
+def all_gather(shards):
+    """Give every device the whole array: the shards (shard i on device i)
+    put back together in order. The shards are not changed."""
+    check_collective(shards, 'all_gather', torch.Tensor, _shape,
+                     same_rows=False)
+    with torch.no_grad():
+        return [torch.cat([s.to(x.device) for s in shards]) for x in shards]
+
+
+def _shape(x):
+    return x.shape
+
+
+MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
+
+
+def mlp_params():
+    """The parameters of an MLP with one hidden layer, in one flat vector:
+    weights drawn with standard deviation sqrt(2 / inputs), zero biases."""
+    W1 = torch.randn(784, 256) * (2 / 784) ** 0.5
+    W2 = torch.randn(256, 10) * (2 / 256) ** 0.5
+    return torch.cat([W1.reshape(-1), torch.zeros(256), W2.reshape(-1),
+                      torch.zeros(10)])
+
+
+def mlp(X, flat):
+    """The MLP of `mlp_params`, its parameters read from the flat vector."""
+    sizes = [math.prod(shape) for shape in MLP_SHAPES]
+    W1, b1, W2, b2 = [p.reshape(shape) for p, shape in zip(
+        flat.split(sizes), MLP_SHAPES)]
+    H = F.relu(X.reshape(X.shape[0], -1) @ W1 + b1)
+    return H @ W2 + b2
+
+
+def adam(param, grad, moments, *, lr, step):
+    """One Adam step (Kingma and Ba, 2015) on `param` in place, with its
+    `moments` (m, v), also in place. Only elementwise operations: a shard
+    of the vectors gets exactly the values of the whole."""
+    m, v = moments
+    with torch.no_grad():
+        m.mul_(0.9).add_(grad * 0.1)
+        v.mul_(0.999).add_(grad * grad * 0.001)
+        m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.999 ** step)
+        param.sub_(lr * m_hat / (v_hat.sqrt() + 1e-8))
+
+
+def zero_replicas(flat, devices, stage):
+    """What each device keeps between steps, for data parallelism
+    (`stage` 0) or ZeRO stage 1, 2 or 3: the parameters, the gradients and
+    Adam's m and v, whole or only the device's shard."""
+    b = shard_bounds(len(flat), len(devices))
+    replicas = []
+    for i, device in enumerate(devices):
+        n = b[i + 1] - b[i]  # the length of this device's shard
+        replicas.append({
+            'params': (flat[b[i]:b[i + 1]] if stage >= 3 else flat).to(
+                device, copy=True),
+            'grads': torch.zeros(n if stage >= 2 else len(flat),
+                                 device=device),
+            'm': torch.zeros(n if stage >= 1 else len(flat), device=device),
+            'v': torch.zeros(n if stage >= 1 else len(flat), device=device)})
+    return replicas
+
+
+def held_bytes(replica):
+    """Bytes of the arrays that one device keeps between steps."""
+    return sum(x.numel() * x.element_size() for x in replica.values())
+
+
+def zero_step(X, y, replicas, *, devices, lr, step, stage):
+    """One step of Adam with data parallelism (`stage` 0) or ZeRO stage
+    1, 2 or 3 on `devices`; `replicas` come from `zero_replicas`."""
+    X_shards, y_shards = split_batch(X, y, devices)
+    # 1. Each device needs all the parameters for its forward and backward
+    # pass; with ZeRO-3 they are gathered for this step only
+    if stage == 3:
+        full = all_gather([r['params'] for r in replicas])
+    else:
+        full = [r['params'] for r in replicas]
+    # 2. Each device computes the gradient on its part of the batch
+    grads = []
+    for X_i, y_i, p in zip(X_shards, y_shards, full):
+        p = p.detach().requires_grad_()
+        l = loss(mlp(X_i, p), y_i).sum() / X.shape[0]
+        grads.append(torch.autograd.grad(l, p)[0])
+    if stage == 0:  # 3. Everyone sums everything and updates everything
+        allreduce(grads)
+        for r, g in zip(replicas, grads):
+            r['grads'].copy_(g)
+            adam(r['params'], r['grads'], (r['m'], r['v']), lr=lr, step=step)
+        return
+    # 3. ZeRO: device i sums only shard i of the gradient and updates only
+    # shard i of the parameters, with its shard of m and v
+    b = shard_bounds(len(full[0]), len(devices))
+    for i, (r, g) in enumerate(zip(replicas, reduce_scatter(grads))):
+        r['grads'].copy_(grads[i] if stage == 1 else g)  # ZeRO-1: whole
+        mine = r['params'] if stage == 3 else r['params'][b[i]:b[i + 1]]
+        adam(mine, g, (r['m'], r['v']), lr=lr, step=step)
+    # 4. ZeRO-1 and 2: every device gets all the new parameters back
+    if stage < 3:
+        new = all_gather([r['params'][b[i]:b[i + 1]]
+                          for i, r in enumerate(replicas)])
+        for r, p in zip(replicas, new):
+            r['params'].copy_(p)
+
+
+def pipeline_params(width=512):
+    """Two pipeline stages of an MLP, as lists of (weight, bias): stage 0
+    784 -> width -> width, stage 1 width -> width -> 10."""
+    def layer(n_in, n_out):
+        return [torch.randn(n_in, n_out) * (2 / n_in) ** 0.5,
+                torch.zeros(n_out)]
+    return [layer(784, width) + layer(width, width),
+            layer(width, width) + layer(width, 10)]
+
+
+def stage_forward(X, params, last=False):
+    """One pipeline stage: its layers, each followed by a ReLU except the
+    very last layer of the model."""
+    X = X.reshape(X.shape[0], -1)
+    for i in range(0, len(params), 2):
+        X = X @ params[i] + params[i + 1]
+        if not (last and i == len(params) - 2):
+            X = F.relu(X)
+    return X
+
+
+def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
+               timeline=None):
+    """Forward and backward passes of one batch through the stages (stage
+    s on devices[s]) in `num_microbatches` micro-batches, in the order of
+    `gpipe_schedule`; gradients add up in each parameter's ``.grad``.
+    Returns the summed loss. (`timeline` is for MXNet, which needs it.)"""
+    k, m = len(devices), num_microbatches
+    X_parts, y_parts = X.tensor_split(m), y.tensor_split(m)
+    fwd = [[None] * m for _ in range(k)]  # (input, output) of each stage
+    bwd = [[None] * m for _ in range(k)]  # gradient of each stage's input
+    losses = []
+
+    def forward(s, j):
+        def F_(previous):  # the name shows on the timeline
+            x = previous if s == 0 else previous[1]
+            x = x.detach().to(devices[s]).requires_grad_(s > 0)
+            return x, stage_forward(x, stage_params[s], last=s == k - 1)
+        F_.__name__ = f'F{j}'
+        previous = X_parts[j] if s == 0 else fwd[s - 1][j]
+        fwd[s][j] = launch(devices[s], F_, previous)
+
+    def backward(s, j):
+        def B_(pair, grad):
+            x, out = pair
+            if s == k - 1:  # the last stage starts from the loss
+                l = loss(out, y_parts[j].to(out.device)).sum() / len(X)
+                l.backward()
+                losses.append(l.detach())
+            else:
+                out.backward(grad.to(out.device))
+            return x.grad if s > 0 else None
+        B_.__name__ = f'B{j}'
+        grad = None if s == k - 1 else bwd[s + 1][j]
+        bwd[s][j] = launch(devices[s], B_, fwd[s][j], grad)
+
+    for tick in gpipe_schedule(k, m):
+        for s, kind, j in tick:
+            (forward if kind == 'F' else backward)(s, j)
+    synchronize(devices)
+    return float(sum(float(l) for l in losses))
+
+
+def split_columns(W, b, devices):
+    """A linear layer split by columns (Megatron-LM): device i gets its
+    columns of the weight `W` (inputs x outputs) and of the bias `b`."""
+    c = shard_bounds(W.shape[1], len(devices))
+    return [(W[:, c[i]:c[i + 1]].to(d, copy=True),
+             b[c[i]:c[i + 1]].to(d, copy=True)) for i, d in enumerate(devices)]
+
+
+def split_rows(W, devices):
+    """A linear layer split by rows: device i gets its rows of `W`."""
+    r = shard_bounds(W.shape[0], len(devices))
+    return [W[r[i]:r[i + 1]].to(d, copy=True) for i, d in enumerate(devices)]
+
+
+def tensor_parallel_mlp(X, columns, rows, *, b2):
+    """relu(X W1 + b1) W2 + b2 with W1, b1 split by columns (`columns`)
+    and W2 by rows (`rows`): each device computes its columns of the
+    hidden layer and a partial sum of the output; one allreduce adds the
+    partial sums. Returns the output on every device."""
+    X, partial = X.reshape(X.shape[0], -1), []
+    for (W1_i, b1_i), W2_i in zip(columns, rows):
+        H_i = F.relu(X.to(W1_i.device) @ W1_i + b1_i)  # its hidden columns
+        partial.append(H_i @ W2_i)  # its share of the output
+    allreduce(partial)
+    return [Y + b2.to(Y.device) for Y in partial]

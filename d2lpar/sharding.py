@@ -1,0 +1,162 @@
+"""Beyond data parallelism, the framework-free part (lesson 5).
+
+How the collectives cut an array into shards (`shard_bounds`, the cut of
+``np.array_split``), the checks of their inputs, the memory that data
+parallelism and the three ZeRO stages keep on each device (`zero_memory`,
+after Rajbhandari et al., 2020, table 1), what a collective costs on a
+link (`collective_seconds`, the alpha-beta model), and the GPipe schedule
+with its bubble (`gpipe_schedule`, `bubble_fraction`, `measured_bubble`).
+Nothing here imports PyTorch or MXNet.
+"""
+import numbers
+
+from d2lpar import fonts
+
+# Bytes per parameter for (parameters, gradients, optimizer state) with
+# Adam: fp32 everywhere (this lesson), or mixed precision as in the ZeRO
+# paper (fp16 parameters and gradients; fp32 master copy, momentum and
+# variance, 4 + 4 + 4 = 12 bytes of optimizer state)
+FP32_ADAM = (4, 4, 8)
+MIXED_ADAM = (2, 2, 12)
+
+
+def shard_bounds(n, k):
+    """Where ``np.array_split`` cuts `n` rows into `k` shards: the first
+    ``n % k`` shards get one row more. Shard i is rows b[i]:b[i + 1]."""
+    bounds = [0]
+    for i in range(k):
+        bounds.append(bounds[-1] + n // k + (1 if i < n % k else 0))
+    return bounds
+
+
+def check_collective(arrays, name, array_type, shape_of, same_rows=True):
+    """A clear TypeError or ValueError unless `arrays` is a non-empty list
+    (or tuple) of arrays of `array_type`, each with at least one axis, all
+    of the same shape (with `same_rows` False: the same shape after the
+    first axis, as shards of one array may differ in rows)."""
+    what = 'arrays' if same_rows else 'shards'
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(f'{name} takes a list of {what}, one per device, '
+                        f'got {type(arrays).__name__}.')
+    if not arrays:
+        raise ValueError(f'{name} got an empty list: it needs one of its '
+                         f'{what} per device.')
+    for i, a in enumerate(arrays):
+        if not isinstance(a, array_type):
+            raise TypeError(f'{name}: item {i} is a {type(a).__name__}, '
+                            f'not an array.')
+    shapes = [tuple(shape_of(a)) for a in arrays]
+    if any(len(s) == 0 for s in shapes):
+        raise ValueError(f'{name}: every item needs at least one axis to '
+                         f'cut along, got shapes {shapes}.')
+    if len({s[0 if same_rows else 1:] for s in shapes}) > 1:
+        which = 'shape' if same_rows else 'shape after the first axis'
+        raise ValueError(f'{name} needs the same {which} on every device, '
+                         f'got shapes {shapes}.')
+
+
+# --------------------------------------------------------------------------
+# Memory per device (ZeRO, Rajbhandari et al., 2020, table 1)
+# --------------------------------------------------------------------------
+def zero_memory(num_params, num_devices, stage, bytes_per=FP32_ADAM):
+    """Bytes of model state that each of `num_devices` devices keeps, as a
+    dict with 'parameters', 'gradients' and 'optimizer': `stage` 0 is plain
+    data parallelism (everything on every device), 1 shards the optimizer
+    state, 2 also the gradients, 3 also the parameters. `bytes_per` is
+    bytes per parameter for (parameters, gradients, optimizer state)."""
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f'stage is 0 (no sharding), 1, 2 or 3, got '
+                         f'{stage!r}.')
+    if not isinstance(num_devices, numbers.Integral) or num_devices < 1:
+        raise ValueError(f'num_devices must be an int >= 1, got '
+                         f'{num_devices!r}.')
+    p, g, o = (b * num_params for b in bytes_per)
+    k = num_devices
+    return {'parameters': p / k if stage >= 3 else p,
+            'gradients': g / k if stage >= 2 else g,
+            'optimizer': o / k if stage >= 1 else o}
+
+
+def plot_memory(num_params, device_counts, measured=None, title=None):
+    """Model state per device against the number of devices, for data
+    parallelism and the three ZeRO stages (lines: `zero_memory`); the
+    dict `measured` maps (stage, k) to bytes counted on real devices
+    (markers)."""
+    import matplotlib.pyplot as plt
+    fonts.use_cjk_font()
+    _, ax = plt.subplots(figsize=(5, 3.2))
+    names = ['data parallel', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3']
+    for stage, name in enumerate(names):
+        ys = [sum(zero_memory(num_params, k, stage).values()) / 1e6
+              for k in device_counts]
+        line, = ax.plot(device_counts, ys, label=name)
+        points = [(k, b / 1e6) for (s, k), b in (measured or {}).items()
+                  if s == stage]
+        if points:
+            ax.plot(*zip(*points), 'o', color=line.get_color())
+    ax.set_xlabel('number of devices')
+    ax.set_ylabel('MB per device')
+    ax.set_xticks(device_counts)
+    ax.legend(fontsize=8)
+    ax.set_title(title or 'model state per device (lines: formula, '
+                 'dots: counted)', fontsize=9)
+    plt.tight_layout()
+    plt.show()
+    return ax
+
+
+# --------------------------------------------------------------------------
+# What a collective costs on a link (the alpha-beta model of lesson 2)
+# --------------------------------------------------------------------------
+def collective_seconds(kind, num_bytes, num_devices, bandwidth,
+                       latency=0.0):
+    """Seconds for a ring collective of `num_bytes` (the whole array)
+    over `num_devices` devices whose links carry `bandwidth` bytes/s each
+    way, with `latency` seconds per message: a 'reduce_scatter' or an
+    'all_gather' takes k-1 steps of N/k bytes, an 'allreduce' both."""
+    steps = {'reduce_scatter': 1, 'all_gather': 1, 'allreduce': 2}
+    if kind not in steps:
+        raise ValueError(f"kind is 'reduce_scatter', 'all_gather' or "
+                         f"'allreduce', got {kind!r}.")
+    k = num_devices
+    return steps[kind] * (k - 1) * (latency + num_bytes / k / bandwidth)
+
+
+# --------------------------------------------------------------------------
+# Pipeline parallelism: GPipe (Huang et al., 2019)
+# --------------------------------------------------------------------------
+def gpipe_schedule(num_stages, num_microbatches):
+    """The GPipe schedule as a list of clock ticks; each tick is a list of
+    (stage, 'F' or 'B', micro-batch) that run at the same time. All
+    forward passes come first, micro-batch j on stage s at tick j + s;
+    then the backward passes, from the last stage back."""
+    k, m = num_stages, num_microbatches
+    if k < 1 or m < 1:
+        raise ValueError(f'num_stages and num_microbatches must be >= 1, '
+                         f'got {k} and {m}.')
+    ticks = []
+    for t in range(m + k - 1):
+        ticks.append([(s, 'F', t - s) for s in range(k) if 0 <= t - s < m])
+    for t in range(m + k - 1):
+        ticks.append([(s, 'B', t - (k - 1 - s)) for s in reversed(range(k))
+                      if 0 <= t - (k - 1 - s) < m])
+    return ticks
+
+
+def bubble_fraction(num_stages, num_microbatches):
+    """The share of time a stage of the GPipe schedule sits idle, when all
+    stages take the same time: (k - 1) / (m + k - 1)."""
+    k, m = num_stages, num_microbatches
+    return (k - 1) / (m + k - 1)
+
+
+def measured_bubble(events, rows):
+    """The idle share of the `rows` of a timeline's `events`: 1 - (time
+    they were busy) / (number of rows * time from the first start to the
+    last end)."""
+    mine = [e for e in events if e.row in rows]
+    if not mine:
+        raise ValueError(f'no event on the rows {rows}.')
+    span = max(e.end for e in mine) - min(e.start for e in mine)
+    busy = sum(e.end - e.start for e in mine)
+    return 1 - busy / (len(rows) * span)

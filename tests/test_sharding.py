@@ -1,0 +1,228 @@
+"""Lesson 5: reduce_scatter and all_gather (exact, any k and length, clear
+errors, inputs untouched), ZeRO-1..3 from scratch (the parameters of data
+parallelism, the memory of the formula), tensor parallelism (the outputs
+of the unsplit layers), the GPipe schedule and its bubble."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from d2lpar import sharding
+
+LABEL = 'int64'  # what the data loaders give (torch needs Long labels)
+
+
+def _float_arrays(backend, shape, k, seed=0):
+    rng = np.random.default_rng(seed)
+    values = [rng.standard_normal(shape).astype('float32') for _ in range(k)]
+    devices = backend.try_devices(k)
+    return values, [backend.array(v, d) for v, d in zip(values, devices)]
+
+
+@pytest.mark.parametrize('k', [1, 2, 3, 4, 5])
+@pytest.mark.parametrize('shape', [(7,), (1,), (10, 3), (2, 3, 2)])
+def test_all_gather_of_reduce_scatter_is_allreduce(backend, k, shape):
+    values, data = _float_arrays(backend, shape, k)
+    shards = backend.reduce_scatter(data)
+    gathered = backend.all_gather(shards)
+    # Every device gets an array of its own, not a shard or another's
+    assert len({id(a) for a in gathered + shards + data}) == 3 * k
+    for x, v in zip(data, values):  # the inputs are untouched
+        np.testing.assert_array_equal(backend.numpy(x), v)
+    backend.allreduce(data)
+    devices = backend.try_devices(k)
+    for g, x, d in zip(gathered, data, devices):
+        assert backend.is_on(g, d)
+        np.testing.assert_array_equal(backend.numpy(g), backend.numpy(x))
+
+
+@given(n=st.integers(1, 40), k=st.integers(1, 5))
+def test_shards_are_those_of_array_split(backend, n, k):
+    values, data = _float_arrays(backend, (n,), k, seed=n)
+    shards = backend.reduce_scatter(data)
+    total = values[0].copy()
+    for v in values[1:]:
+        total = total + v  # float32, in the order of the devices
+    expected = np.array_split(total, k)
+    assert len(shards) == k
+    for s, e, d in zip(shards, expected, backend.try_devices(k)):
+        assert backend.is_on(s, d)
+        np.testing.assert_array_equal(backend.numpy(s), e)
+
+
+def test_shard_bounds_cut_as_array_split():
+    for n, k in itertools.product(range(12), range(1, 6)):
+        b = sharding.shard_bounds(n, k)
+        sizes = [len(c) for c in np.array_split(np.arange(n), k)]
+        assert [b[i + 1] - b[i] for i in range(k)] == sizes
+
+
+@pytest.mark.parametrize('name', ['reduce_scatter', 'all_gather'])
+def test_collectives_refuse_bad_input(backend, name):
+    fn = getattr(backend, name)
+    devices = backend.try_devices(2)
+    with pytest.raises(ValueError, match='empty list'):
+        fn([])
+    with pytest.raises(TypeError, match='float'):
+        fn(3.0)
+    with pytest.raises(TypeError, match='item 0 is a int'):
+        fn([1, 2])
+    scalar = [backend.array(np.array(1.0, 'float32'), d) for d in devices]
+    with pytest.raises(ValueError, match='at least one axis'):
+        fn(scalar)
+    a = backend.array(np.ones((4, 2), 'float32'), devices[0])
+    b = backend.array(np.ones((4, 3), 'float32'), devices[1])
+    with pytest.raises(ValueError, match=r'\(4, 2\), \(4, 3\)'):
+        fn([a, b])
+    np.testing.assert_array_equal(backend.numpy(a), np.ones((4, 2)))
+
+
+def test_reduce_scatter_needs_equal_rows_all_gather_does_not(backend):
+    devices = backend.try_devices(2)
+    a = backend.array(np.ones((3, 2), 'float32'), devices[0])
+    b = backend.array(np.ones((2, 2), 'float32'), devices[1])
+    with pytest.raises(ValueError, match='same shape'):
+        backend.reduce_scatter([a, b])
+    gathered = backend.all_gather([a, b])
+    assert backend.numpy(gathered[1]).shape == (5, 2)
+
+
+def _seeded_params(backend):
+    if backend.name == 'torch':
+        backend._fw.manual_seed(0)
+    else:
+        backend._fw.npx.random.seed(0)
+    return backend.mlp_params()
+
+
+def _whole(backend, replicas, stage):
+    if stage < 3:
+        return backend.numpy(replicas[0]['params'])
+    return np.concatenate([backend.numpy(r['params']) for r in replicas])
+
+
+@pytest.mark.parametrize('k', [2, 3])
+def test_zero_takes_the_steps_of_data_parallelism(backend, k):
+    flat = _seeded_params(backend)
+    devices = backend.try_devices(k)
+    rng = np.random.default_rng(1)
+    batches = [(backend.array(rng.standard_normal((30, 1, 28, 28)).astype(
+        'float32')), backend.array(rng.integers(0, 10, 30).astype(LABEL)))
+        for _ in range(3)]
+    results = {}
+    for stage in range(4):
+        replicas = backend.zero_replicas(flat, devices, stage)
+        for step, (X, y) in enumerate(batches, start=1):
+            backend.zero_step(X, y, replicas, devices=devices, lr=0.01,
+                              step=step, stage=stage)
+        results[stage] = _whole(backend, replicas, stage)
+        for r in replicas:  # what each device keeps: the formula's bytes
+            expected = sum(backend.zero_memory(len(flat), k, stage).values())
+            assert abs(backend.held_bytes(r) - expected) <= 16
+    start = backend.numpy(flat)
+    assert not np.array_equal(results[0], start)  # training moved them
+    for stage in (1, 2, 3):
+        np.testing.assert_array_equal(results[stage], results[0])
+
+
+def test_zero_memory_gives_the_papers_figures():
+    # Rajbhandari et al. (2020), table 1: 7.5 B parameters, 64 GPUs, K = 12
+    gb = [sum(sharding.zero_memory(7.5e9, 64, s, sharding.MIXED_ADAM)
+              .values()) / 1e9 for s in range(4)]
+    assert [round(g, 1) for g in gb] == [120.0, 31.4, 16.6, 1.9]
+    with pytest.raises(ValueError, match='stage'):
+        sharding.zero_memory(10, 2, 4)
+
+
+@pytest.mark.parametrize('k', [1, 2, 3])
+def test_tensor_parallel_mlp_equals_the_unsplit_layers(backend, k):
+    rng = np.random.default_rng(2)
+    W1, b1 = rng.standard_normal((12, 7)), rng.standard_normal(7)
+    W2, b2 = rng.standard_normal((7, 5)), rng.standard_normal(5)
+    X = rng.standard_normal((4, 12))
+    W1, b1, W2, b2, X = [backend.array(a.astype('float32'))
+                         for a in (W1, b1, W2, b2, X)]
+    devices = backend.try_devices(k)
+    outputs = backend.tensor_parallel_mlp(
+        X, backend.split_columns(W1, b1, devices),
+        backend.split_rows(W2, devices), b2=b2)
+    x, w1, c1, w2, c2 = [backend.numpy(a) for a in (X, W1, b1, W2, b2)]
+    expected = np.maximum(x @ w1 + c1, 0) @ w2 + c2
+    assert len(outputs) == k
+    for Y, d in zip(outputs, devices):
+        assert backend.is_on(Y, d)
+        np.testing.assert_allclose(backend.numpy(Y), expected, rtol=1e-5,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize('k,m', [(1, 1), (2, 4), (3, 2), (4, 8)])
+def test_gpipe_schedule_and_its_bubble(k, m):
+    ticks = sharding.gpipe_schedule(k, m)
+    work = [w for tick in ticks for w in tick]
+    assert sorted(work) == sorted(itertools.product(range(k), 'BF',
+                                                    range(m)))
+    when = {w: t for t, tick in enumerate(ticks) for w in tick}
+    for s, j in itertools.product(range(k), range(m)):
+        if s:  # a stage computes after the one before it
+            assert when[s, 'F', j] > when[s - 1, 'F', j]
+            assert when[s - 1, 'B', j] > when[s, 'B', j]
+        assert when[s, 'B', j] > when[s, 'F', j]
+    for tick in ticks:  # a stage does one thing at a time
+        assert len({s for s, _, _ in tick}) == len(tick)
+    idle = k * len(ticks) - len(work)
+    assert idle / (k * len(ticks)) == pytest.approx(
+        sharding.bubble_fraction(k, m))
+    assert sharding.bubble_fraction(k, m) == (k - 1) / (m + k - 1)
+
+
+def test_gpipe_step_gives_the_gradients_of_the_whole_batch(backend):
+    devices = backend.try_devices(2)
+    _seeded_params(backend)
+    stages = [[backend.array(backend.numpy(p), d) for p in params]
+              for params, d in zip(backend.pipeline_params(width=16),
+                                   devices)]
+    for params in stages:
+        for p in params:
+            if backend.name == 'torch':
+                p.requires_grad_()
+            else:
+                p.attach_grad(grad_req='add')
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((10, 1, 28, 28)).astype('float32')
+    y = rng.integers(0, 10, 10).astype(LABEL)
+    backend.gpipe_step(backend.array(x), backend.array(y), stages,
+                       devices=devices, num_microbatches=3)
+    grads = [backend.numpy(p.grad) for params in stages for p in params]
+    # The same model in NumPy, on the whole batch
+    w = [backend.numpy(p) for params in stages for p in params]
+    h, acts = x.reshape(10, -1), []
+    for i in range(0, 8, 2):
+        acts.append(h)
+        h = h @ w[i] + w[i + 1]
+        if i < 6:
+            h = np.maximum(h, 0)
+    p = np.exp(h - h.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    d = p
+    d[np.arange(10), y] -= 1
+    d /= 10
+    for i in reversed(range(0, 8, 2)):
+        np.testing.assert_allclose(grads[i], acts[i // 2].T @ d, atol=1e-5)
+        np.testing.assert_allclose(grads[i + 1], d.sum(axis=0), atol=1e-5)
+        d = (d @ w[i].T) * (acts[i // 2] > 0)
+
+
+def test_mxnet_has_no_sharded_training():
+    from d2lpar import mxnet as d2l
+    with pytest.raises(NotImplementedError, match='FSDP'):
+        d2l.train_distributed(2, sharded=True)
+
+
+def test_collective_seconds():
+    t = sharding.collective_seconds('allreduce', 3e9, 8, 450e9)
+    assert t == pytest.approx(2 * 7 * 3e9 / 8 / 450e9)
+    assert sharding.collective_seconds('all_gather', 8, 4, 1.0, 1.0) == 9.0
+    with pytest.raises(ValueError, match='kind'):
+        sharding.collective_seconds('broadcast', 1, 2, 1.0)
