@@ -33,7 +33,7 @@ import numpy as np
 
 from d2lpar import _common
 from d2lpar.i18n import (
-    Message, N_, _, display_width, error_message, number, pad)
+    Bilingual, Message, N_, _, display_width, error_message, number, pad)
 
 HOST = '127.0.0.1'
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -289,7 +289,13 @@ def _torch_failure(log):
     code = re.search(r'exitcode\s*:\s*(-?\d+)', cause)
     lines = [ln.strip() for ln in cause.partition('\n===')[0].splitlines()
              if ln.strip()]
-    return int(rank[1]), code[1] if code else '?', lines[-1] if lines else ''
+    error = lines[-1] if lines else ''
+    if error.startswith('(en) ') and len(lines) > 1:
+        # An error of d2lpar in another language: its last two lines are
+        # 'SomeError: <translated>' and '(en) <English>'
+        kind = re.match(r'[\w.]+: ', lines[-2])
+        error = Bilingual(lines[-2], (kind[0] if kind else '') + error[5:])
+    return int(rank[1]), code[1] if code else '?', error
 
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,

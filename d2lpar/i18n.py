@@ -177,6 +177,18 @@ class Message:
         return self.render()
 
 
+class Bilingual(Message):
+    """A text that is already written in the lesson's language and in
+    English, such as a d2lpar error read from the log of a process."""
+
+    def __init__(self, translated, english):
+        super().__init__(english)
+        self.translated = translated
+
+    def render(self, english=False):
+        return self.message if english else self.translated
+
+
 def bilingual(message):
     """The text of an error or warning for the `Message` `message`: in
     English, the English text; else the translation, then ``(en)`` and the

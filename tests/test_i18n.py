@@ -5,6 +5,7 @@ and passes the language on to the processes the launcher starts."""
 import ast
 import gettext
 import io
+import os
 import re
 import string
 import subprocess
@@ -16,8 +17,8 @@ from babel.messages.pofile import read_po
 
 from d2lpar import _common, distributed, i18n
 
-ROOT = i18n.os.path.dirname(i18n.os.path.dirname(i18n.__file__))
-sys.path.insert(0, i18n.os.path.join(ROOT, 'tools'))
+ROOT = os.path.dirname(os.path.dirname(i18n.__file__))
+sys.path.insert(0, os.path.join(ROOT, 'tools'))
 import messages  # noqa: E402
 
 LANGS = ('fr', 'tr', 'zh')
@@ -59,13 +60,13 @@ def speak(monkeypatch):
 
 def _english_error(call):
     """The text of the error `call()` raises, in English."""
-    lang = i18n.os.environ.pop(i18n.ENVIRONMENT, None)
+    lang = os.environ.pop(i18n.ENVIRONMENT, None)
     try:
         with pytest.raises(Exception) as info:
             call()
     finally:
         if lang is not None:
-            i18n.os.environ[i18n.ENVIRONMENT] = lang
+            os.environ[i18n.ENVIRONMENT] = lang
     return type(info.value), str(info.value)
 
 
@@ -234,7 +235,7 @@ def test_a_bad_language_code_is_a_clear_error():
                            match="use_language takes one of 'en', 'fr', "
                                  "'tr', 'zh'"):
             i18n.use_language(code)
-        assert i18n.ENVIRONMENT not in i18n.os.environ
+        assert i18n.ENVIRONMENT not in os.environ
     assert i18n.language() == 'en'
 
 
@@ -257,6 +258,34 @@ def test_the_launcher_passes_the_language_on(speak, tmp_path):
     log = run.tail('script')
     assert 'Lancez ce script avec torchrun' in log, log
     assert '(en) Start this script with torchrun' in log, log
+
+
+def test_the_launcher_reads_a_translated_error_of_a_process(speak,
+                                                            tmp_path):
+    """torchrun's summary ends with the error of the failed rank: in a
+    lesson in French, its French line, then its English one."""
+    speak('fr')
+    with pytest.raises(RuntimeError) as info:
+        _common.shards_of_epoch(_Args(), 64, 1, 2, 0, 0).__next__()
+    log = tmp_path / 'torchrun.log'
+    log.write_text(
+        'Root Cause (first observed failure):\n  rank      : 1 (local_rank: '
+        '1)\n  exitcode  : 1 (pid: 7)\n  traceback : Traceback (most '
+        'recent call last):\n    File "x.py", line 1, in main\n  '
+        + '\n  '.join(f'RuntimeError: {info.value}'.splitlines())
+        + '\n\n=====\n', encoding='utf-8')
+    rank, code, error = distributed._torch_failure(str(log))
+    assert (rank, code) == (1, '1')
+    assert str(error) == ("RuntimeError: le rang 1 plante à l'étape 1, "
+                          'comme demandé par --crash-at-step')
+    assert error.english() == ('RuntimeError: rank 1 crashes at step 1, as '
+                               'asked by --crash-at-step')
+
+
+class _Args:
+    """The options of a training script that crashes at once."""
+    batch_size, leave_a_child, crash_at_step, crash_rank = 32, False, 1, 1
+    seed, out = 0, ''
 
 
 # --------------------------------------------------------------------------
@@ -323,7 +352,7 @@ def test_plots_are_labelled_in_the_language(speak):
 def _main_source(script):
     """The source of `main` in d2lpar/<script>.py, decorators included,
     as inspect.getsource gives it (without importing the framework)."""
-    path = i18n.os.path.join(ROOT, 'd2lpar', f'{script}.py')
+    path = os.path.join(ROOT, 'd2lpar', f'{script}.py')
     with open(path, encoding='utf-8') as f:
         source = f.read()
     for node in ast.parse(source).body:

@@ -52,7 +52,8 @@ def extract(pot=POT):
                    '--add-comments', 'TRANSLATORS:', '--project', 'd2lpar',
                    '--version', version['__version__'],
                    '--copyright-holder', 'the d2lpar authors',
-                   '--no-wrap', '--sort-by-file', '-o', str(pot), 'd2lpar')
+                   '--no-wrap', '--sort-by-file', '--add-location', 'file',
+                   '-o', str(pot), 'd2lpar')
 
 
 def update():
