@@ -15,16 +15,25 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt \
+		pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check \
 		-r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
+		-r requirements-nodeps.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
 		--no-build-isolation -e .
 	touch $(STAMP)
 
+# JupyterLab's menus in the language of the machine's locale (LC_ALL,
+# LC_MESSAGES, LANG), or in LAB_LANG=fr|tr|zh|en (not LANG: that is the
+# locale itself): tools/lab_language.py writes the choice as a default
+# setting under build/, read through JUPYTER_CONFIG_PATH.
 # Root (a container) has to say so to Jupyter.
 lab: $(STAMP)
+	config=$$($(PY) tools/lab_language.py $(LAB_LANG)) && \
+	JUPYTER_CONFIG_PATH="$$config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	$(VENV)/bin/jupyter lab notebooks/ \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -43,7 +52,8 @@ check-notebooks:
 messages: $(STAMP)
 	$(PY) tools/messages.py
 
-# Redraw the SVG pictures of the lessons (notebooks/img/).
+# Redraw the SVG pictures of the lessons, one per language
+# (notebooks/img/<lang>/).
 figures: $(STAMP)
 	$(PY) tools/figures.py
 

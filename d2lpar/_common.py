@@ -19,6 +19,10 @@ import urllib.request
 
 import numpy as np
 
+from d2lpar import cost as _cost
+from d2lpar import fonts
+from d2lpar.cost import (  # noqa: F401 (re-exported by both backends)
+    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model)
 from d2lpar.i18n import (  # noqa: F401 (source_code, use_language: shared)
     Message, N_, _, display_width, error_message, ngettext, number, pad,
     source_code, use_language)
@@ -27,16 +31,21 @@ from d2lpar.i18n import (  # noqa: F401 (source_code, use_language: shared)
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
           'plot_scaling', 'plot_timings', 'say_once', 'source_code',
-          'use_language']
+          'use_language',
+          # the cost model of an allreduce (d2lpar.cost) and the drift
+          # between runs on 1 and 2 devices
+          'LINKS', 'Link', 'allreduce_time', 'format_seconds', 'gpu_link',
+          'plot_cost_model', 'plot_drift']
 # The public names that d2lpar.torch and d2lpar.mxnet each define in their
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
     'Benchmark', 'DistributedResult', 'Timeline', 'Timer', 'allreduce',
-    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands', 'evaluate_accuracy',
-    'forward_backward', 'get_params', 'gpu', 'launch', 'lenet',
-    'lenet_params', 'load_data_fashion_mnist',
-    'loss', 'measure_allreduce', 'num_gpus', 'plot_processes',
-    'print_processes', 'resnet18', 'ring_allreduce', 'sgd', 'split_batch',
+    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands',
+    'evaluate_accuracy', 'forward_backward', 'get_params', 'gpu', 'launch',
+    'lenet', 'lenet_params', 'load_data_fashion_mnist', 'loss',
+    'measure_allreduce', 'num_gpus', 'parameter_drift', 'plot_processes',
+    'print_processes', 'products_that_fit', 'resnet18', 'ring_allreduce',
+    'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',
     'train_distributed', 'train_step_timeline', 'try_all_gpus',
     'try_devices', 'try_gpu']
@@ -70,6 +79,35 @@ def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
         'own ({share}).', num_wanted).format(
             found=found, n=num_wanted, stand_ins=stand_ins,
             threads=threads_each, share=share)
+
+
+def products_that_fit_with(free_bytes, num_products, shape, devices):
+    """`products_that_fit`, given ``free_bytes(device)``: the bytes free
+    on `device` when it is a GPU, None for any other device."""
+    devices = check_devices(devices)
+    if not isinstance(num_products, int) or num_products < 1:
+        raise ValueError(error_message(
+            'num_products must be an int >= 1, got {num_products!r}.',
+            num_products=num_products))
+    each = 4 * int(np.prod(shape))  # one float32 result
+    fit = num_products
+    for device in devices:
+        free = free_bytes(device)
+        if free is None:  # not a GPU: the workload stays as it is
+            continue
+        # Leave a tenth of the free memory (at least 256 MiB) to the
+        # framework's own workspaces, and room for the input matrix
+        usable = free - max(free // 10, 256 << 20) - each
+        n = usable // each
+        if n < 1:
+            raise ValueError(error_message(
+                '{device!s} has {free:.2f} GB free: not enough for even one '
+                'product of shape {shape!s} ({each:.0f} MB a result). Free '
+                'GPU memory (restart the other notebooks that use it) or '
+                'take smaller matrices.', device=device, free=free / 1e9,
+                shape=tuple(shape), each=each / 1e6))
+        fit = min(fit, int(n))
+    return fit
 
 
 # --------------------------------------------------------------------------
@@ -276,6 +314,7 @@ def plot_timings(descriptions, sum_of=(), title=None, ax=None):
     the dict that was drawn, {label: seconds}.
     """
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     times = {d: Benchmark.last(d) for d in descriptions}
     if sum_of:
         times[' + '.join(sum_of)] = sum(Benchmark.last(d) for d in sum_of)
@@ -310,6 +349,7 @@ class Animator:
                  ylim=None, xscale='linear', yscale='linear',
                  fmts=('-', 'm--', 'g-.', 'r:'), figsize=(3.5, 2.5)):
         import matplotlib.pyplot as plt
+        fonts.use_cjk_font()  # Chinese text, no missing glyph
         self.fig, self.ax = plt.subplots(figsize=figsize, layout='tight')
         plt.close(self.fig)  # shown through the display handle only
         self.labels = (xlabel, ylabel, legend or [], xlim, ylim, xscale,
@@ -372,6 +412,37 @@ class TrainResult:
                  'on {devices}').format(test_acc=self.test_acc,
                                         sec_per_epoch=self.sec_per_epoch,
                                         devices=self.devices)
+
+
+def parameter_drift_with(load, try_devices, get_params, train_batch,
+                         max_abs_diff, params, batch_size, lr, num_steps,
+                         num_train, num_test):
+    """What both backends' `parameter_drift` share: train a copy of
+    `params` on one device and another on two, step by step on the same
+    minibatches, and return max_abs_diff of their parameters after each
+    step."""
+    if (isinstance(num_steps, bool) or not isinstance(num_steps, int)
+            or num_steps < 1):
+        raise ValueError(error_message(
+            'num_steps must be an int >= 1, got {num_steps!r}.',
+            num_steps=num_steps))
+    check_lr(lr)
+    # The same loader as `train`: the same minibatches in the same order
+    train_iter = load(batch_size, num_train, num_test)[0]
+    runs = []
+    for k in (1, 2):
+        devices = try_devices(k)
+        runs.append((devices, [get_params(params, d) for d in devices]))
+    drift = []
+    while len(drift) < num_steps:  # as many epochs as it takes
+        for X, y in train_iter:
+            for devices, device_params in runs:
+                train_batch(X, y, device_params, devices, lr)
+            one, two = runs[0][1][0], runs[1][1][0]  # first device's copy
+            drift.append(max(max_abs_diff(a, b) for a, b in zip(one, two)))
+            if len(drift) == num_steps:
+                break
+    return drift
 
 
 # --------------------------------------------------------------------------
@@ -906,25 +977,35 @@ class Timeline:
         return sorted({e.row for e in self.events})
 
     def plot(self, title=None, ax=None):
-        """A Gantt chart: one row per device, stream or thread; compute
-        and copies in different colours; time in milliseconds."""
+        """A Gantt chart: one row per device or thread (a GPU has one row
+        for all of its streams); compute and copies in different colours;
+        time in milliseconds. A row with work of several kinds is cut
+        into lanes, one per kind, so that a copy that overlaps a
+        computation of the same device (a GPU's side stream) is drawn
+        beside it rather than over it."""
         import matplotlib.pyplot as plt
+        fonts.use_cjk_font()  # Chinese text, no missing glyph
         from matplotlib.patches import Patch
         rows = self.rows()
         if ax is None:
             ax = plt.subplots(figsize=(6.5, 0.5 * len(rows) + 1.1))[1]
+        lanes = {}  # (row, kind) -> (bottom, height) of its bars
         for y, row in enumerate(rows):
-            for kind, color in KIND_COLORS.items():
+            kinds = [k for k in KIND_COLORS if any(
+                e.row == row and e.kind == k for e in self.events)]
+            for i, kind in enumerate(kinds):
+                height = 0.7 / len(kinds)
+                lanes[row, kind] = (y - 0.35 + i * height, height)
                 spans = [(1e3 * e.start, max(1e3 * (e.end - e.start), 1e-3))
                          for e in self.events if e.row == row
                          and e.kind == kind]
-                if spans:
-                    ax.broken_barh(spans, (y - 0.35, 0.7), color=color,
-                                   edgecolor='white', linewidth=0.3)
+                ax.broken_barh(spans, lanes[row, kind], color=KIND_COLORS[
+                    kind], edgecolor='white', linewidth=0.3)
         total = max((e.end for e in self.events), default=1)
         for e in self.events:  # name the bars that are wide enough
             if e.end - e.start > 0.08 * total:
-                ax.text(1e3 * (e.start + e.end) / 2, rows.index(e.row),
+                bottom, height = lanes[e.row, e.kind]
+                ax.text(1e3 * (e.start + e.end) / 2, bottom + height / 2,
                         e.name, ha='center', va='center', fontsize=7,
                         color='white', clip_on=True)
         ax.set_yticks(range(len(rows)), [row_label(r) for r in rows])
@@ -1005,6 +1086,7 @@ def plot_scaling(results, title=None):
     from a list of `TrainResult`, with the ideal linear speedup drawn from
     the one-device run."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     results = sorted(results, key=lambda r: len(r.devices))
     ks = [len(r.devices) for r in results]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 2.6))
@@ -1069,12 +1151,17 @@ def measure_copy_bandwidth_with(copy, synchronize, repeat=5):
     return 2 * nbytes / best
 
 
-def plot_allreduce(rows, copy_bandwidth=None, title=None):
+def plot_allreduce(rows, copy_bandwidth=None, link=None, title=None):
     """Time of each allreduce against message size, one panel per device
-    count. With `copy_bandwidth` (bytes/s, read + write), a dashed line
-    shows the one-host floor: k replicas of N bytes must at least be read
-    and written once, 2kN bytes."""
+    count, with a dashed line for the limit that the devices set. On CPU
+    stand-ins, all in one memory, that is `copy_bandwidth` (bytes/s, read
+    + write, from `copy_bandwidth(cpu())`): k replicas of N bytes must at
+    least be read and written once, 2kN bytes. On GPUs the data crosses
+    the link between them, so the line is the ring allreduce of the cost
+    model on `link` (a key of `LINKS`, from `gpu_link()`), and there is
+    none when `link` is None."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     counts = sorted({r['devices'] for r in rows})
     fig, axes = plt.subplots(1, len(counts), figsize=(3.3 * len(counts), 2.8),
                              squeeze=False, sharey=True)
@@ -1084,15 +1171,44 @@ def plot_allreduce(rows, copy_bandwidth=None, title=None):
                     and r['algorithm'] == algo]
             ax.loglog([r['bytes'] for r in mine],
                       [r['seconds'] for r in mine], 'o-', label=algo)
-        if copy_bandwidth:
-            xs = sorted({r['bytes'] for r in rows if r['devices'] == k})
+        xs = sorted({r['bytes'] for r in rows if r['devices'] == k})
+        on_gpus = any(r.get('on') == 'gpu' for r in rows
+                      if r['devices'] == k)
+        if on_gpus and link is not None:
+            ax.loglog(xs, [allreduce_time(x, k, link) for x in xs], 'k--',
+                      label=_('ring model, {link}').format(
+                          link=_cost.as_link(link).label))
+        elif not on_gpus and copy_bandwidth:
             ax.loglog(xs, [2 * k * x / copy_bandwidth for x in xs], 'k--',
-                      label=_('memory-copy floor'))
-        ax.set_title(_('{k} devices').format(k=k), fontsize=10)
+                      label=_('CPU memory: 2kN bytes at {rate:.3g} GB/s')
+                      .format(rate=copy_bandwidth / 1e9))
+        ax.set_title((_('{k} GPUs') if on_gpus else _('{k} CPU stand-ins'))
+                     .format(k=k), fontsize=10)
         ax.set_xlabel(_('bytes per device'))
+        ax.legend(fontsize=7)
     axes[0][0].set_ylabel(_('seconds'))
-    axes[0][0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
+    plt.tight_layout()
+    plt.show()
+
+
+def plot_drift(drift, title=None):
+    """The largest absolute difference between the parameters of two runs
+    after each step (`drift`, from `parameter_drift`), on a log scale."""
+    import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
+    steps = range(1, len(drift) + 1)
+    fig, ax = plt.subplots(figsize=(4.5, 2.6))
+    # A difference of exactly 0 has no place on a log scale: draw it at the
+    # bottom of the chart
+    floor = min([d for d in drift if d > 0], default=1e-9) / 10
+    ax.semilogy(steps, [max(d, floor) for d in drift], 'o-', ms=3)
+    # Up to 1, the size of a weight: a gap of 1e-6 must look small
+    ax.set_ylim(min(floor, 1e-9), max(1.0, 2 * max(drift, default=0)))
+    ax.set_xlabel(_('step'))
+    ax.set_ylabel(_('largest |difference|'))
+    ax.set_title(title or _('parameters on 1 device vs on 2 devices'),
+                 fontsize=10)
     plt.tight_layout()
     plt.show()

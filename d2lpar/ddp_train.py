@@ -34,8 +34,9 @@ at least one bucket's allreduce is in flight: a communication hook wraps
 DDP's default ``allreduce_hook`` and notes when each bucket is handed
 over and when its future completes. (Buckets may overlap the backward
 pass, then the two times overlap too; LeNet fits in one bucket.) On a GPU
-the hook waits for the stream at both ends so that the clock sees the
-kernels, not just their launch. *Total* is the wall time of the training
+the times are those of CUDA events queued on the stream, which the GPU
+stamps when it runs them; they are read after training, so that the hook
+never waits for the GPU. *Total* is the wall time of the training
 loop, updates included. Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
@@ -77,31 +78,74 @@ def lenet(seed):
 
 
 class CommTimer:
-    """When each bucket's allreduce started and ended (the hook's state)."""
+    """The state of the hook `timed_allreduce`: when each step started,
+    when its last gradient bucket was handed over for reduction, and when
+    each bucket's allreduce started and ended.
+
+    A mark is the CPU's clock, or, on a GPU, a CUDA event queued on the
+    current stream, which the GPU stamps when it gets there. The events
+    are read once training is over (`seconds`), so that neither the hook
+    nor the training loop ever waits for the GPU."""
 
     def __init__(self, cuda):
-        self.cuda, self.spans, self.handed_over = cuda, [], None
+        self.cuda, self.steps = cuda, []
+        self.spans, self.handed_over = [], None
+        self.origin = self.mark()
 
-    def busy(self):
-        """Seconds during which some allreduce was in flight; resets."""
-        total, end = 0.0, float('-inf')
-        for a, b in sorted(self.spans):
-            total += max(0.0, b - max(a, end))
-            end = max(end, b)
-        self.spans = []
-        return total
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()  # after the work queued so far on this stream
+        return event
+
+    def end_step(self, start):
+        """Close the step that began at the mark `start`."""
+        self.steps.append((start, self.handed_over, self.spans))
+        self.spans, self.handed_over = [], None
+
+    def seconds(self):
+        """(compute, communication), summed over the steps: from the
+        start of each step until its last bucket was handed over, and the
+        time during which some allreduce was in flight. On a GPU, waits
+        for the events first (call it after training)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        at = self._seconds
+        compute = sum(at(handed) - at(start) for start, handed, _ in
+                      self.steps)
+        communication = sum(busy([(at(a), at(b)) for a, b in spans])
+                            for _, _, spans in self.steps)
+        return compute, communication
+
+    def _seconds(self, mark):
+        if self.cuda:  # milliseconds since the first mark
+            return self.origin.elapsed_time(mark) / 1e3
+        return mark
+
+
+def busy(spans):
+    """Seconds covered by at least one of the (start, end) `spans`."""
+    total, end = 0.0, float('-inf')
+    for a, b in sorted(spans):
+        total += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return total
 
 
 def timed_allreduce(timer, bucket):
-    """A DDP communication hook: DDP's own allreduce, with a stopwatch."""
-    if timer.cuda:  # the gradients of this bucket are really computed
-        torch.cuda.current_stream().synchronize()
-    start = timer.handed_over = time.perf_counter()
+    """A DDP communication hook: DDP's own allreduce, with a stopwatch.
+
+    It returns the future of the allreduce, and waits for nothing: it
+    only sets marks. (Waiting for the stream here would hold this thread
+    until the GPU caught up, so that DDP could queue neither the next
+    buckets nor the rest of the backward pass in the meantime.) The mark
+    set in `done` comes after the allreduce: a callback of a future on
+    GPUs runs on streams that wait for that future's kernels."""
+    start = timer.handed_over = timer.mark()
 
     def done(fut):
-        if timer.cuda:
-            torch.cuda.current_stream().synchronize()
-        timer.spans.append((start, time.perf_counter()))
+        timer.spans.append((start, timer.mark()))
         return fut.value()
 
     return default_hooks.allreduce_hook(None, bucket).then(done)
@@ -154,7 +198,7 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     total_steps = len(y_train) // B * args.epochs
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
-    step, compute, communication = 0, 0.0, 0.0
+    step = 0
     first_shards = []  # this process's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
@@ -167,15 +211,14 @@ def main(argv=None):
                 first_shards.append(idx.tolist())
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
-            t0 = time.perf_counter()
+            t0 = timer.mark()
             for group in optimizer.param_groups:  # cosine decay
                 group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
                                                     total_steps)
             optimizer.zero_grad()
             loss = loss_fn(model(X), y)
             loss.backward()  # DDP averages the gradients over processes
-            compute += timer.handed_over - t0
-            communication += timer.busy()
+            timer.end_step(t0)
             optimizer.step()
             if step == 1 and rank == 0:
                 np.savez(os.path.join(args.out, 'params_step1.npz'),
@@ -186,8 +229,7 @@ def main(argv=None):
                     '{seconds:.1f} sec').format(
                 epoch=epoch + 1, loss=loss.item(),
                 seconds=time.perf_counter() - start), flush=True)
-    if cuda:
-        torch.cuda.synchronize()
+    compute, communication = timer.seconds()  # waits for the GPU
     total = time.perf_counter() - start
 
     mine = {'rank': rank, 'local_rank': local_rank, 'world_size': world,

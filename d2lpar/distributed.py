@@ -32,6 +32,7 @@ import uuid
 import numpy as np
 
 from d2lpar import _common
+from d2lpar import fonts
 from d2lpar.i18n import (
     Bilingual, Message, N_, _, display_width, error_message, number, pad)
 
@@ -244,11 +245,17 @@ def _prepare(out_dir, num_workers, timeout):
     return out_dir
 
 
-def _device_options(framework, num_gpus, num_workers):
+def _device_options(framework, num_gpus, num_workers, use_gpus=None):
     """The script options that put `num_workers` processes on this
-    machine's devices: ``['--cpu']`` when they cannot each have a GPU of
-    their own (printing why, if there are GPUs), else ``[]``.
+    machine's devices: ``['--cpu']`` when they train on the CPU, else
+    ``[]``, printing why the CPU when there are GPUs. `use_gpus` None:
+    GPUs when each process can have one of its own (`_common.choose_gpu`);
+    False: the CPU; True: GPUs, a ValueError when there are too few.
     `num_gpus` None: ask `framework` how many GPUs it sees."""
+    if use_gpus not in (None, True, False):
+        raise ValueError(error_message(
+            'use_gpus is None, True or False, got {use_gpus!r}.',
+            use_gpus=use_gpus))
     if num_gpus is None:
         if framework == 'torch':
             import torch
@@ -257,6 +264,15 @@ def _device_options(framework, num_gpus, num_workers):
             import mxnet
             num_gpus = mxnet.context.num_gpus()
     gpu, notice = _common.choose_gpu(num_gpus, 0, num_workers)
+    if use_gpus and gpu is None:
+        raise ValueError(error_message(
+            'use_gpus=True needs a GPU for each of the {n} processes; this '
+            'machine has {num_gpus}.', n=num_workers, num_gpus=num_gpus))
+    if use_gpus is False and gpu is not None:
+        gpu, notice = None, _(
+            '{n} process(es) on the CPU, as asked (use_gpus=False), '
+            'although this machine has {num_gpus} GPU(s).').format(
+                n=num_workers, num_gpus=num_gpus)
     if notice:
         print(notice)
     return ['--cpu'] if gpu is None else []
@@ -299,17 +315,18 @@ def _torch_failure(log):
 
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,
-                 timeout=300, num_gpus=None):
+                 timeout=300, num_gpus=None, use_gpus=None):
     """Run ``d2lpar.ddp_train`` in `num_workers` processes under torchrun on
     127.0.0.1 (rendezvous at `port`, default: a free one) and return a
     `DistributedResult`. Raises RuntimeError, with the failing rank and
     the end of the log, when a process fails or `timeout` seconds pass;
     no process is left behind either way. The processes train on GPUs
     when there are `num_gpus` >= `num_workers` (default: as many as
-    PyTorch sees), else all on the CPU."""
+    PyTorch sees), else all on the CPU; `use_gpus` False puts them on the
+    CPU in any case (see `_device_options`)."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
-    devices = _device_options('torch', num_gpus, num_workers)
+    devices = _device_options('torch', num_gpus, num_workers, use_gpus)
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
            '--nproc-per-node', str(num_workers), '--rdzv-backend', 'c10d',
            '--rdzv-endpoint', f'{HOST}:{port}', '--max-restarts', '0',
@@ -369,7 +386,7 @@ ROLES = {'scheduler': N_('scheduler'), 'server': N_('server')}
 
 
 def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
-                   timeout=300, num_gpus=None):
+                   timeout=300, num_gpus=None, use_gpus=None):
     """Run ``d2lpar.kvstore_train`` with the ``dist_sync`` KVStore on
     127.0.0.1: a scheduler (at `port`, default: a free one), one server
     and `num_workers` workers. Returns a `DistributedResult`. Raises
@@ -377,10 +394,11 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
     the end of its log, when a process fails or `timeout` seconds pass,
     after stopping them all: the others would otherwise wait forever.
     The workers train on GPUs when there are `num_gpus` >= `num_workers`
-    (default: as many as MXNet sees), else all on the CPU."""
+    (default: as many as MXNet sees), else all on the CPU; `use_gpus`
+    False puts them on the CPU in any case (see `_device_options`)."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
-    devices = _device_options('mxnet', num_gpus, num_workers)
+    devices = _device_options('mxnet', num_gpus, num_workers, use_gpus)
     cmd = [sys.executable, '-m', 'd2lpar.kvstore_train', '--out', out_dir,
            *devices, *map(str, script_args)]
     dmlc = {'DMLC_PS_ROOT_URI': HOST, 'DMLC_PS_ROOT_PORT': str(port),
@@ -446,12 +464,17 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
 # --------------------------------------------------------------------------
 def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
-          crash_at_step=None, out_dir=None):
+          crash_at_step=None, out_dir=None, use_gpus=None):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
     `out_dir`, by default a new temporary folder. `crash_at_step` makes
-    the last process fail at that step, to see how a failure ends."""
+    the last process fail at that step, to see how a failure ends.
+    `use_gpus`: None, GPUs when each process can have one of its own,
+    else the CPU; False, the CPU; True, GPUs (a ValueError when there are
+    fewer than `num_workers`). Runs to be compared should use the same
+    kind of device: results of GPU kernels differ from the CPU's by more
+    than rounding (TF32 convolutions, other algorithms)."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(error_message(
@@ -473,7 +496,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     if crash_at_step is not None:
         args += ['--crash-at-step', crash_at_step,
                  '--crash-rank', num_workers - 1]
-    result = launch(num_workers, out_dir, args, port=port, timeout=timeout)
+    result = launch(num_workers, out_dir, args, port=port, timeout=timeout,
+                    use_gpus=use_gpus)
     print(result)
     return result
 
@@ -563,6 +587,7 @@ def plot_processes(results, title=None, ax=None):
     """Stacked bars, one per process: compute, communication, and the
     rest of the training loop's time (data, updates, waiting)."""
     import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
     rows = list(_rows(results))[::-1]
     if ax is None:
         ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.0))[1]

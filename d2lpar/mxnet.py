@@ -40,18 +40,25 @@ from mxnet.gluon import nn  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
+from d2lpar import fonts as _fonts  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     Animator, DataError, TrainResult, check_allreduce, check_devices,
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
-    source_code, use_language)
+    source_code, use_language,
+    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
+    plot_drift)
 from d2lpar.i18n import N_, error_message  # noqa: E402
 
 npx.set_np()
 
 __all__ = _common.SHARED + _common.BACKEND
+
+# Chinese text in every plot of the lesson, its own plt calls included: d2l
+# has imported matplotlib, so register the CJK font now (d2lpar/fonts.py).
+_fonts.use_cjk_font_if_loaded()
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
@@ -107,6 +114,23 @@ def try_devices(num_devices):
         num_devices, num_gpus(), STAND_IN_THREADS,
         ', '.join(f'cpu({i})' for i in range(num_devices))))
     return [npx.cpu(i) for i in range(num_devices)]
+
+
+def products_that_fit(num_products, shape, devices):
+    """How many of `num_products` float32 results of `shape` fit, with
+    their input matrix, into the free memory of every GPU among `devices`
+    (keeping a tenth of it, at least 256 MiB, for the framework): all
+    `num_products` on the CPU and on CPU stand-ins, fewer on a GPU with
+    too little free memory (the book's 50 products of 4000x4000 keep
+    3.2 GB of results on each GPU). A ValueError when not even one fits.
+    The free memory is what ``mx.context.gpu_memory_info`` reports."""
+    def free_bytes(device):
+        if device.device_type != 'gpu':
+            return None
+        return mx.context.gpu_memory_info(device.device_id)[0]
+
+    return _common.products_that_fit_with(free_bytes, num_products, shape,
+                                          devices)
 
 
 def launch(device, fn, *args, queue='compute'):
@@ -224,8 +248,11 @@ def measure_allreduce(fns, sizes, device_counts, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
-    return _common.measure_allreduce_with(
+    rows = _common.measure_allreduce_with(
         _make_data, synchronize, fns, sizes, device_counts, repeat)
+    for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
+        r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
+    return rows
 
 
 def copy_bandwidth(device=None, num_bytes=1 << 26):
@@ -461,6 +488,23 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
     return result
 
 
+def _max_abs_diff(a, b):
+    return float(np.abs(a - b.as_in_ctx(a.ctx)).max())
+
+
+def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
+                    num_test=None):
+    """Train two copies of `params` side by side with `train_batch`, one
+    on `try_devices(1)`, the other on `try_devices(2)`, on the minibatches
+    that `train` sees with the same arguments, and return the largest
+    absolute difference between the two sets of parameters after each of
+    the first `num_steps` steps (see `plot_drift`)."""
+    return _common.parameter_drift_with(
+        load_data_fashion_mnist, try_devices, get_params, train_batch,
+        _max_abs_diff, params, batch_size, lr, num_steps, num_train,
+        num_test)
+
+
 def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
     """Run one step of `train_batch`, the same computation in the same
     order, and return its `Timeline`, with the results of each stage
@@ -613,16 +657,19 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 # --------------------------------------------------------------------------
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
-                      crash_at_step=None):
+                      crash_at_step=None, use_gpus=None):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (the dist_sync KVStore with a scheduler and a server), each on its
     share of every global batch; print and return a `DistributedResult`
     with the times of every process. A crashed worker, a port in use or
     the `timeout` end the run with a RuntimeError, and no process is left
-    behind; `crash_at_step` makes the last process fail on purpose."""
+    behind; `crash_at_step` makes the last process fail on purpose.
+    The processes train on GPUs when each can have one of its own, else
+    on the CPU; `use_gpus` False puts them on the CPU in any case, True
+    requires the GPUs. Runs to be compared use the same kind of device."""
     return _distributed.train('mxnet', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
-                              crash_at_step)
+                              crash_at_step, use_gpus=use_gpus)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,

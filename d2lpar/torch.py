@@ -29,6 +29,7 @@ from torch.profiler import (  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
+from d2lpar import fonts as _fonts  # noqa: E402
 from d2lpar import standins as _standins  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
@@ -36,10 +37,16 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     Animator, DataError, TrainResult, check_allreduce, check_devices,
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
-    source_code, use_language)
+    source_code, use_language,
+    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
+    plot_drift)
 from d2lpar.i18n import N_, error_message  # noqa: E402
 
 __all__ = _common.SHARED + _common.BACKEND
+
+# Chinese text in every plot of the lesson, its own plt calls included: d2l
+# has imported matplotlib, so register the CJK font now (d2lpar/fonts.py).
+_fonts.use_cjk_font_if_loaded()
 
 # What d2l does well, reused as it is.
 Timer = _d2l.Timer
@@ -96,6 +103,28 @@ def try_devices(num_devices):
         num_devices, num_gpus(), _STAND_INS.num_threads,
         ', '.join(f'cpu:{i}' for i in range(num_devices))))
     return [torch.device('cpu', i) for i in range(num_devices)]
+
+
+def products_that_fit(num_products, shape, devices):
+    """How many of `num_products` float32 results of `shape` fit, with
+    their input matrix, into the free memory of every GPU among `devices`
+    (keeping a tenth of it, at least 256 MiB, for the framework): all
+    `num_products` on the CPU and on CPU stand-ins, fewer on a GPU with
+    too little free memory (the book's 50 products of 4000x4000 keep
+    3.2 GB of results on each GPU). A ValueError when not even one fits.
+    The free memory is what the driver reports
+    (``torch.cuda.mem_get_info``) plus what PyTorch's caching allocator
+    holds unused."""
+    def free_bytes(device):
+        device = torch.device(device)
+        if device.type != 'cuda':
+            return None
+        cached = (torch.cuda.memory_reserved(device)
+                  - torch.cuda.memory_allocated(device))
+        return torch.cuda.mem_get_info(device)[0] + cached
+
+    return _common.products_that_fit_with(free_bytes, num_products, shape,
+                                          devices)
 
 
 # The worker threads of the CPU stand-ins: each computes with half of the
@@ -266,8 +295,11 @@ def measure_allreduce(fns, sizes, device_counts, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
-    return _common.measure_allreduce_with(
+    rows = _common.measure_allreduce_with(
         _make_data, synchronize, fns, sizes, device_counts, repeat)
+    for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
+        r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
+    return rows
 
 
 def copy_bandwidth(device=None, num_bytes=1 << 26):
@@ -491,6 +523,23 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
                          num_epochs, num_examples // num_epochs, accs)
     print(result)
     return result
+
+
+def _max_abs_diff(a, b):
+    return float((a.detach() - b.detach().to(a.device)).abs().max())
+
+
+def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
+                    num_test=None):
+    """Train two copies of `params` side by side with `train_batch`, one
+    on `try_devices(1)`, the other on `try_devices(2)`, on the minibatches
+    that `train` sees with the same arguments, and return the largest
+    absolute difference between the two sets of parameters after each of
+    the first `num_steps` steps (see `plot_drift`)."""
+    return _common.parameter_drift_with(
+        load_data_fashion_mnist, try_devices, get_params, train_batch,
+        _max_abs_diff, params, batch_size, lr, num_steps, num_train,
+        num_test)
 
 
 def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
@@ -811,16 +860,19 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 # --------------------------------------------------------------------------
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
-                      crash_at_step=None):
+                      crash_at_step=None, use_gpus=None):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
     global batch; print and return a `DistributedResult` with the times of
     every process. A crashed worker, a port in use or the `timeout` end the
     run with a RuntimeError, and no process is left behind;
-    `crash_at_step` makes the last process fail on purpose."""
+    `crash_at_step` makes the last process fail on purpose.
+    The processes train on GPUs when each can have one of its own, else
+    on the CPU; `use_gpus` False puts them on the CPU in any case, True
+    requires the GPUs. Runs to be compared use the same kind of device."""
     return _distributed.train('torch', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
-                              crash_at_step)
+                              crash_at_step, use_gpus=use_gpus)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,

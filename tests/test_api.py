@@ -183,6 +183,74 @@ def test_try_devices_rejects_a_bad_count(backend, k):
         backend.try_devices(k)
 
 
+# products_that_fit: the lesson's GPU workload, sized from a fake free
+# memory (the count of GPUs simulated, the framework's report of free
+# memory patched; nothing is allocated)
+MB = 10 ** 6
+RESULT = 4 * 4000 * 4000  # bytes of one 4000x4000 float32 product
+
+
+def fake_free_memory(backend, monkeypatch, free):
+    """Simulate len(`free`) GPUs, GPU i reporting free[i] bytes free."""
+    backend.simulate_gpus(monkeypatch, len(free))
+    total = 80 * 10 ** 9
+    if backend.name == 'torch':
+        import torch
+
+        def mem_get_info(device=None):
+            return free[torch.device(device).index], total
+        monkeypatch.setattr(torch.cuda, 'mem_get_info', mem_get_info)
+    else:
+        import mxnet
+        monkeypatch.setattr(mxnet.context, 'gpu_memory_info',
+                            lambda device_id=0: (free[device_id], total))
+
+
+@pytest.mark.parametrize('free', [[80_000 * MB], [2000 * MB],
+                                  [80_000 * MB, 2000 * MB], [700 * MB]])
+def test_products_that_fit_the_free_memory_of_every_gpu(backend,
+                                                        monkeypatch, free):
+    fake_free_memory(backend, monkeypatch, free)
+    devices = [backend.gpu_device(i) for i in range(len(free))]
+    n = backend.products_that_fit(50, (4000, 4000), devices)
+    assert isinstance(n, int) and 1 <= n <= 50
+    least = min(free)
+    # n results and the input fit in 9/10 of the least free memory ...
+    assert (n + 1) * RESULT <= 0.9 * least
+    # ... and one more would not fit beside the margin (at most 256 MiB)
+    assert n == 50 or (n + 2) * RESULT > least - (256 << 20)
+    if least > 60 * RESULT:
+        assert n == 50  # a large GPU takes the book's 50
+
+
+def test_products_that_fit_leaves_the_cpu_workload_alone(backend,
+                                                         monkeypatch):
+    fake_free_memory(backend, monkeypatch, [1])  # a GPU with no room
+
+    def no_query(*args):
+        raise AssertionError('free GPU memory asked for a CPU device')
+    if backend.name == 'torch':
+        import torch
+        monkeypatch.setattr(torch.cuda, 'mem_get_info', no_query)
+    else:
+        import mxnet
+        monkeypatch.setattr(mxnet.context, 'gpu_memory_info', no_query)
+    for devices in (backend.stand_ins(2), [backend.cpu()]):
+        assert backend.products_that_fit(50, (4000, 4000), devices) == 50
+        assert backend.products_that_fit(7, (1000, 1000), devices) == 7
+
+
+def test_products_that_fit_says_when_not_even_one_fits(backend,
+                                                       monkeypatch):
+    fake_free_memory(backend, monkeypatch, [80_000 * MB, 300 * MB])
+    devices = [backend.gpu_device(0), backend.gpu_device(1)]
+    with pytest.raises(ValueError, match=r'has 0\.30 GB free: not enough '
+                                         r'for even one product'):
+        backend.products_that_fit(50, (4000, 4000), devices)
+    with pytest.raises(ValueError, match='num_products must be an int'):
+        backend.products_that_fit(0, (10, 10), devices)
+
+
 def test_synchronize_refuses_a_bad_device_list(backend):
     # That it waits: tests/test_sync.py
     with pytest.raises(ValueError, match='empty'):

@@ -11,6 +11,7 @@ run, so that both runs take the same code path.
 """
 import contextlib
 import io
+import pathlib
 import re
 import socket
 import threading
@@ -186,6 +187,121 @@ def test_each_process_gets_a_gpu_of_its_own_or_all_use_the_cpu(
             assert 'CPU' in notice and '\n' not in notice
     with pytest.raises(ValueError, match='local rank 2 is not one of'):
         _common.choose_gpu(num_gpus, 2, 2)
+
+
+def lesson_use_gpus(d2l):
+    """The `use_gpus` that lesson 4 passes to both of its runs, evaluated
+    with `d2l` (its expression, read from the English source)."""
+    source = (pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
+              / 'en' / 'distributed.md').read_text()
+    cell = source[source.index('settings = dict('):]
+    cell = cell[:cell.index('\n```')]
+    found = re.search(r'use_gpus=(.+)\)$', cell, re.M)
+    assert found, 'lesson 4 passes no use_gpus in its settings'
+    return eval(found[1], {'d2l': d2l})
+
+
+def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
+                                                          capsys):
+    """On one GPU, one process alone would take the GPU and two would train
+    on the CPU, and the first steps would differ by more than the rounding
+    the lesson compares (1e-5). With the lesson's `use_gpus`, both runs use
+    GPUs only when each of the two processes has one; on one GPU, both
+    say that they train on the CPU (simulated GPU counts)."""
+    use_gpus = lesson_use_gpus(backend.module)
+    options = [distributed._device_options(backend.name, None, k, use_gpus)
+               for k in (1, 2)]
+    assert options[0] == options[1] == ([] if gpus >= 2 else ['--cpu'])
+    said = capsys.readouterr().out.splitlines()
+    if gpus == 1:
+        assert said == [
+            '1 process(es) on the CPU, as asked (use_gpus=False), although '
+            'this machine has 1 GPU(s).',
+            _common.choose_gpu(1, 0, 2)[1]]
+        # Without use_gpus, the process alone would take the GPU
+        assert distributed._device_options(backend.name, None, 1) == []
+    else:
+        assert said == []
+
+
+def test_use_gpus_true_requires_a_gpu_per_process(capsys):
+    assert distributed._device_options('torch', 2, 2, True) == []
+    with pytest.raises(ValueError, match='use_gpus=True needs a GPU for '
+                                         'each of the 2 processes; this '
+                                         'machine has 1'):
+        distributed._device_options('torch', 1, 2, True)
+    with pytest.raises(ValueError, match='None, True or False'):
+        distributed._device_options('torch', 1, 2, 'yes')
+    assert capsys.readouterr().out == ''
+
+
+# -- the communication hook of d2lpar.ddp_train -------------------------------
+class _Bucket:
+    """What DDP hands a communication hook: its gradients in one buffer."""
+
+    def __init__(self, tensor):
+        self._buffer = tensor
+
+    def buffer(self):
+        return self._buffer
+
+
+@pytest.fixture
+def gloo_alone():
+    """A process group of this process alone (gloo)."""
+    import torch.distributed as dist
+    dist.init_process_group('gloo', store=dist.HashStore(), rank=0,
+                            world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_the_comm_hook_returns_the_allreduce_and_never_waits(monkeypatch,
+                                                             gloo_alone):
+    """The hook's GPU path, with CUDA's events faked and every way of
+    waiting for a GPU made to fail: the hook returns the future of DDP's
+    allreduce with the reduced gradients, and only sets marks (an event
+    queued when the bucket is handed over, one when its allreduce is
+    done)."""
+    import torch
+    from d2lpar import ddp_train
+    recorded = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self, stream=None):
+            recorded.append(self)
+
+    def waits(*args, **kwargs):
+        raise AssertionError('the communication hook waits for the GPU')
+    monkeypatch.setattr(torch.cuda, 'Event', FakeEvent)
+    for name in ('synchronize', 'current_stream', 'default_stream'):
+        monkeypatch.setattr(torch.cuda, name, waits)
+    monkeypatch.setattr(torch.cuda.Stream, 'synchronize', waits)
+    monkeypatch.setattr(torch.cuda.Event, 'synchronize', waits,
+                        raising=False)
+    timer = ddp_train.CommTimer(cuda=True)
+    future = ddp_train.timed_allreduce(timer, _Bucket(torch.arange(4.0)))
+    assert isinstance(future, torch._C.Future)  # what .then returns
+    assert torch.equal(future.wait(), torch.arange(4.0))  # mean of one
+    origin, handed_over = recorded[:2]
+    assert timer.origin is origin and timer.handed_over is handed_over
+    assert timer.spans == [(handed_over, recorded[2])] and len(recorded) == 3
+
+
+def test_the_comm_timer_adds_up_compute_and_communication():
+    """CPU marks: compute runs from each step's start to its hand-over,
+    communication is the time some allreduce was in flight."""
+    from d2lpar import ddp_train
+    timer = ddp_train.CommTimer(cuda=False)
+    timer.handed_over, timer.spans = 3.0, [(2.0, 4.0), (3.0, 5.0)]
+    timer.end_step(1.0)  # compute 2 s; two allreduces over 3 s
+    timer.handed_over, timer.spans = 12.0, [(12.0, 13.0)]
+    timer.end_step(10.0)
+    assert timer.seconds() == (4.0, 4.0)
+    assert ddp_train.busy([]) == 0
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)

@@ -15,7 +15,7 @@ import tokenize
 import pytest
 from babel.messages.pofile import read_po
 
-from d2lpar import _common, distributed, i18n
+from d2lpar import _common, cost, distributed, i18n
 
 ROOT = os.path.dirname(os.path.dirname(i18n.__file__))
 sys.path.insert(0, os.path.join(ROOT, 'tools'))
@@ -195,12 +195,27 @@ ERRORS = [  # call, its exception type and English text (as it always
     (lambda: _common.check_lr(float('nan')), ValueError,
      'The learning rate must be a finite number above 0, got nan: try 0.1.',
      {'fr': "taux d'apprentissage", 'tr': 'Öğrenme oranı', 'zh': '学习率'}),
+    (lambda: cost.allreduce_time(1024, 2, 'pcie4', 'tree'), ValueError,
+     "Unknown algorithm 'tree': use one of 'ring', 'naive'.",
+     {'fr': 'Algorithme inconnu', 'tr': 'Bilinmeyen algoritma',
+      'zh': '未知的算法'}),
+    (lambda: distributed._device_options('torch', 1, 2, use_gpus=True),
+     ValueError, 'use_gpus=True needs a GPU for each of the 2 processes; '
+     'this machine has 1.',
+     {'fr': 'chacun des 2 processus', 'tr': '2 sürecin', 'zh': '2 个进程'}),
+    (lambda: _common.products_that_fit_with(lambda d: 1 << 20, 50,
+                                            (4000, 4000), ['cuda:0']),
+     ValueError, 'cuda:0 has 0.00 GB free: not enough for even one product '
+     'of shape (4000, 4000) (64 MB a result). Free GPU memory (restart the '
+     'other notebooks that use it) or take smaller matrices.',
+     {'fr': 'Libérez', 'tr': 'boşaltın', 'zh': '释放显存'}),
 ]
 
 
 @pytest.mark.parametrize('lang', LANGS)
 @pytest.mark.parametrize('call, kind, text, word', ERRORS, ids=[
-    'check_split', 'check_devices', 'read_idx', 'check_lr'])
+    'check_split', 'check_devices', 'read_idx', 'check_lr', 'algorithm',
+    'use_gpus', 'products_that_fit'])
 def test_an_error_is_translated_then_given_in_english(lang, call, kind,
                                                        text, word, speak):
     english_kind, english = _english_error(call)
@@ -347,6 +362,37 @@ def test_plots_are_labelled_in_the_language(speak):
     assert ax.get_title() == 'enregistré avec torch.profiler'
     assert ax.get_xlabel() == 'millisecondes'
     plt.close('all')
+
+
+def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
+        speak, monkeypatch, capsys):
+    import matplotlib.pyplot as plt
+    monkeypatch.setattr(plt, 'show', lambda: None)
+    speak('fr')
+    # A lesson prints it in its tables: the same in every language
+    assert cost.format_seconds(5.77e-3) == '5.77 ms'
+    rows = [{'devices': 2, 'algorithm': 'ring', 'bytes': b, 'seconds': 1e-4,
+             'on': 'cpu'} for b in (1024, 4096)]
+    cost.plot_cost_model(rows, links=['pcie4'])
+    ax = plt.gcf().axes[0]
+    assert ax.get_title() == ('allreduce sur 2 périphériques\u00a0: '
+                              "modèle de l'anneau et cette machine")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        'PCIe 4.0 x16', 'mesuré ici\u00a0: ring']
+    _common.plot_allreduce(rows, copy_bandwidth=2e10)
+    ax = plt.gcf().axes[0]
+    assert ax.get_title() == '2 substituts CPU'
+    assert ax.get_legend().get_texts()[-1].get_text() == \
+        'mémoire du CPU\u00a0: 2kN octets à 20 Go/s'
+    _common.plot_drift([0.0, 1e-8, 2e-8])
+    ax = plt.gcf().axes[0]
+    assert (ax.get_xlabel(), ax.get_title()) == (
+        'étape', 'paramètres sur 1 périphérique et sur 2')
+    plt.close('all')
+    speak('zh')
+    distributed._device_options('torch', 2, 2, use_gpus=False)
+    assert capsys.readouterr().out.strip() == (
+        '按要求（use_gpus=False），2 个进程都在 CPU 上运行，尽管本机有 2 个 GPU。')
 
 
 def _main_source(script):

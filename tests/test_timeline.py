@@ -92,3 +92,25 @@ def test_train_step_timeline_makes_the_same_update_as_train_batch(backend):
         for p, q in zip(a, b):
             np.testing.assert_array_equal(backend.numpy(p),
                                           backend.numpy(q))
+
+
+def test_a_row_with_compute_and_copies_draws_them_in_lanes():
+    """On a GPU, the profiler puts the kernels and the copies of all its
+    streams on one row: a copy on the side stream that overlaps a product
+    must be drawn beside it, not over it (events made by hand: the
+    drawing only)."""
+    from d2lpar import _common
+    tl = _common.Timeline()
+    tl.events = [_common.Event('mm', 'cuda:0', 0.0, 1.0),
+                 _common.Event('Memcpy DtoH', 'cuda:0', 0.2, 0.6, 'copy'),
+                 _common.Event('mm', 'cuda:1', 0.0, 1.0)]
+    ax = tl.plot()
+    ys = {}  # the vertical extent of the bars of each colour and row
+    for bars in ax.collections:
+        for path in bars.get_paths():
+            lo, hi = path.vertices[:, 1].min(), path.vertices[:, 1].max()
+            ys.setdefault(round((lo + hi) / 2), []).append((lo, hi))
+    compute, copy = sorted(ys[0])  # row 0, cuda:0: two lanes, apart
+    assert compute[1] <= copy[0] and copy[1] - copy[0] > 0.3
+    (alone,) = ys[1]  # row 1, cuda:1: only compute, the full height
+    assert alone[1] - alone[0] > 0.6

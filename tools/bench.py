@@ -24,7 +24,8 @@ Sections:
 1. Allreduce: ``d2l.allreduce`` and ``d2l.ring_allreduce`` of both backends
    (``d2l.measure_allreduce`` on ``d2l.try_devices(k)``) and
    ``torch.distributed.all_reduce`` over gloo (k processes on 127.0.0.1),
-   as a fraction of the one-host limit 2kN / memory-copy bandwidth.
+   as a fraction of the one-host limit 2kN / memory-copy bandwidth on CPU
+   stand-ins (on GPUs: the ring of the cost model on the link between them).
 2. Training throughput: ``d2l.train`` on 1 and 2 devices against the
    chapter's own loop (per-batch synchronisation, the book's
    ``evaluate_accuracy_gpu``), with PyTorch DDP (2 gloo processes) and
@@ -266,7 +267,14 @@ def worker_allreduce(spec):
                 [d2l.allreduce, d2l.ring_allreduce], [nbytes // 4], [k],
                 repeat_for(nbytes, spec['repeat']))
     bw_end = best_copy_bandwidth(d2l)
-    return {'rows': rows, 'copy_bandwidth': [bw_start, bw_end]}
+    # On GPUs the limit is the link between them, not memory: the ring of
+    # the cost model on the link nvidia-smi reports (none if unknown)
+    link = d2l.gpu_link()
+    for r in rows:
+        r['link_floor'] = (d2l.allreduce_time(r['bytes'], r['devices'], link)
+                           if r['on'] == 'gpu' and link else None)
+    return {'rows': rows, 'copy_bandwidth': [bw_start, bw_end],
+            'gpu_link': link}
 
 
 def init_gloo(spec):
@@ -912,7 +920,10 @@ def section_allreduce(args):
             if r['algorithm'] != name:
                 continue
             k, n, t = r['devices'], r['bytes'], r['seconds']
-            floor = 2 * k * n / limit_bw if limit_bw else None
+            if r.get('on') == 'gpu':  # the link's ring model, see worker
+                floor = r.get('link_floor')
+            else:  # CPU stand-ins: one memory, 2kN bytes at its bandwidth
+                floor = 2 * k * n / limit_bw if limit_bw else None
             total, busiest = cost_model(model, k, n)
             rows.append(dict(r, label=label, backend=source, model=model,
                              floor_seconds=floor,
@@ -940,7 +951,10 @@ def report_allreduce(res):
                    f'highest, {res["limit_bandwidth"] / 1e9:.1f} GB/s: k '
                    f'replicas of N bytes must at least be read and written '
                    f'once, so floor = 2kN / bandwidth and fraction = floor '
-                   f'/ time.')
+                   f'/ time. That is the limit of CPU stand-ins, which share '
+                   f'one memory; on GPUs the limit is the link between them, '
+                   f'and the floor is the ring of `d2l.allreduce_time` on '
+                   f'the link `d2l.gpu_link()` reports.')
     out.append(f'Best of {res["repeat"]} after one warm-up; algbw = N / '
                f'time, busbw = algbw * 2(k-1)/k (nccl-tests). Devices are '
                f'`d2l.try_devices(k)` (CPU stand-ins here). gloo: '

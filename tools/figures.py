@@ -1,36 +1,285 @@
-"""Draw the lesson figures on parallelism and multi-GPU training.
+"""Draw the pictures of the lessons, once per language.
 
 The pictures are our own drawings, made from matplotlib patches, arrows
-and text only, and are written as SVG files into ``notebooks/img/``:
+and text only, and are written as SVG files into
+``notebooks/img/<lang>/<name>.svg`` for every language of the lessons
+(en, fr, tr, zh), with every word in that language (the terms of
+``docs/glossary/<lang>.md``):
 
 * ``splitting.svg``: ways to split a network over two GPUs;
+* ``alexnet-two-gpus.svg``: AlexNet split over two GPUs as Krizhevsky
+  et al. (2012) did, with the layers where the GPUs exchange activations;
 * ``data-parallel.svg``: one training step of data parallelism;
 * ``ring-allreduce.svg``: the ring allreduce on three devices;
 * ``mlp-dependencies.svg``: the dependencies of one training step of a
-  two-layer MLP on a CPU and two GPUs.
+  two-layer MLP on a CPU and two GPUs;
+* ``ring-vs-server.svg``: the bytes each link carries in one step, ring
+  allreduce next to a parameter server, for four workers.
 
-All labels are short plain-ASCII English words, because the same images
-serve the English, French, Turkish and Chinese lessons. Colours: GPU 1
-blue, GPU 2 purple, CPU green, copies and communication orange, data
-grey. The output is deterministic, so rerunning the script on the same
-matplotlib version changes no file. Run it from the repository root::
+Colours: GPU 1 blue, GPU 2 purple, CPU green, copies and communication
+orange, data grey. Text is drawn as paths, so a picture looks the same
+without the fonts: DejaVu Sans (matplotlib's own) for en, fr and tr; for
+zh, Noto Sans CJK SC from the pinned ``mplfonts`` package (installed
+with ``--no-deps``, see ``requirements-nodeps.txt``), registered with
+matplotlib's font manager. A glyph missing from the fonts, a label wider
+than its box, or a French colon without its no-break space stops the
+drawing with an error.
 
-    .venv/bin/python tools/figures.py
+The output is deterministic (a fixed ``svg.hashsalt``, no date): drawing
+again with the pinned matplotlib changes no byte, and
+``tests/test_figures.py`` checks that the committed pictures are those
+this script draws. Run it from the repository root::
+
+    .venv/bin/python tools/figures.py                 # every picture
+    .venv/bin/python tools/figures.py --out DIR       # into DIR/<lang>/
+    .venv/bin/python tools/figures.py --png DIR       # also PNG previews
+    .venv/bin/python tools/figures.py --lang zh --only ring-allreduce
+
+Each picture is a function of the words of one language (and the
+language code, for its decimal separator), listed in FIGURES.
 """
+import argparse
 import copy
+import importlib.util
 import pathlib
+import re
+import warnings
 
-import matplotlib.pyplot as plt
-from matplotlib import colors
-from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
-from matplotlib.path import Path
+import matplotlib
+
+matplotlib.use('agg')  # measures text; savefig('*.svg') writes SVG
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import colors, font_manager  # noqa: E402
+from matplotlib.patches import (  # noqa: E402
+    Circle, FancyArrowPatch, FancyBboxPatch)
+from matplotlib.path import Path  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / 'notebooks' / 'img'
+LANGS = ('en', 'fr', 'tr', 'zh')
 GPU1, GPU2, CPU = 'tab:blue', 'tab:purple', 'tab:green'
 COMM, DATA, INK = 'tab:orange', 'tab:gray', '0.25'
+CJK_FONT = 'NotoSansCJKsc-Regular.otf'  # in mplfonts==0.0.11
+FONTS = {'en': ['DejaVu Sans'], 'fr': ['DejaVu Sans'],
+         'tr': ['DejaVu Sans'], 'zh': ['Noto Sans CJK SC', 'DejaVu Sans']}
 
-plt.rcParams['svg.hashsalt'] = 'd2lpar'
-plt.rcParams['font.size'] = 7
+# Set while drawing only (a test imports this module).
+RC = {'svg.hashsalt': 'd2lpar', 'font.size': 7}
+
+# Every word of every picture, per language. French puts a no-break space
+# (U+00A0) before : ; ! ? (checked by `words`); decimals use the
+# language's own separator.
+NB = '\u00a0'
+WORDS = {
+    'en': {
+        # splitting.svg
+        'original': 'original', 'network': 'network partitioning',
+        'layerwise': 'layer-wise partitioning',
+        'dataparallel': 'data parallelism', 'batch': 'minibatch',
+        'layer': 'layer {}', 'half': 'half {}',
+        'sync': 'sync gradients', 'gpu': 'GPU {}', 'data': 'data',
+        'transfer': 'transfer',
+        # data-parallel.svg
+        'part': 'part {}', 'allreduce': 'allreduce\ng = g1 + g2',
+        'params': 'parameters w', 'lossgrad': 'loss and\ngradient g{}',
+        'update': 'update\nw ← w − η·g', 'next': 'next step',
+        # ring-allreduce.svg
+        'start': 'start', 'rs': 'reduce-scatter\nstep {}',
+        'ag': 'all-gather\nstep {}', 'dev': 'device {}',
+        'own': 'own chunk', 'partial': 'partial sum', 'full': 'full sum',
+        'sent': 'sent to the next device',
+        # mlp-dependencies.svg
+        'cpu': 'CPU', 'load': 'load', 'split': 'split',
+        'sumgrad': 'sum\n∇W{}', 'updatew': 'update\nW1, W2',
+        'fwd': 'forward\nlayer {}', 'loss': 'loss',
+        'bwd': 'backward\nlayer {}', 'copyhalf': 'copy\nhalf {}',
+        'copygrad': 'copy\n∇W{}', 'copynew': 'copy\nnew W',
+        'overlap': 'can overlap',
+        # alexnet-two-gpus.svg
+        'alexnet': 'AlexNet on two GPUs (Krizhevsky et al., 2012)',
+        'input': 'input', 'image': 'image 224 × 224 × 3, on both GPUs',
+        'conv': 'convolution {}', 'fc': 'fully connected {}',
+        'channels': '{} channels', 'units': '{} units',
+        'output': 'output', 'softmax': 'softmax over 1000 classes',
+        'exchange': 'exchange', 'same': 'stays on its GPU',
+        'other': 'sent to the other GPU',
+        # ring-vs-server.svg
+        'ring': 'ring allreduce', 'ps': 'parameter server',
+        'setting': 'k = 4 workers, a gradient of N bytes, one step',
+        'worker': 'worker {}', 'server': 'server', 'switch': 'switch',
+        'ringlink': 'every worker link: 2(k − 1)/k · N = {} N each way',
+        'ringnote': 'always less than 2 N, whatever k',
+        'worklink': 'every worker link: N each way',
+        'serverlink': 'the server link: k · N = 4 N each way, '
+                      'growing with k',
+        'logical': 'order of the ring',
+    },
+    'fr': {
+        'original': 'original', 'network': 'partitionnement du réseau',
+        'layerwise': 'partitionnement par couche',
+        'dataparallel': 'parallélisme de données', 'batch': 'mini-lot',
+        'layer': 'couche {}', 'half': 'part {}',
+        'sync': 'synchroniser les gradients', 'gpu': 'GPU {}',
+        'data': 'données', 'transfer': 'transfert',
+        'part': 'part {}', 'allreduce': 'allreduce\ng = g1 + g2',
+        'params': 'paramètres w', 'lossgrad': 'perte et\ngradient g{}',
+        'update': 'mise à jour\nw ← w − η·g', 'next': 'étape suivante',
+        'start': 'départ', 'rs': 'reduce-scatter\nétape {}',
+        'ag': 'all-gather\nétape {}', 'dev': 'périph. {}',
+        'own': 'morceau local', 'partial': 'somme partielle',
+        'full': 'somme complète',
+        'sent': 'envoyé au périphérique suivant',
+        'cpu': 'CPU', 'load': 'chargement', 'split': 'découpage',
+        'sumgrad': 'somme\n∇W{}', 'updatew': 'mise à jour\nW1, W2',
+        'fwd': 'passe avant\ncouche {}', 'loss': 'perte',
+        'bwd': 'passe arrière\ncouche {}', 'copyhalf': 'copie\npart {}',
+        'copygrad': 'copie\n∇W{}', 'copynew': 'copie\nnouveaux W',
+        'overlap': 'peuvent se recouvrir',
+        'alexnet': 'AlexNet sur deux GPU (Krizhevsky et al., 2012)',
+        'input': 'entrée',
+        'image': 'image 224 × 224 × 3, sur les deux GPU',
+        'conv': 'convolution {}', 'fc': 'entièrement connectée {}',
+        'channels': '{} canaux', 'units': '{} unités',
+        'output': 'sortie', 'softmax': 'softmax sur 1000 classes',
+        'exchange': 'échange', 'same': 'reste sur son GPU',
+        'other': "envoyé à l'autre GPU",
+        'ring': 'allreduce en anneau', 'ps': 'serveur de paramètres',
+        'setting': 'k = 4 workers, un gradient de N octets, une étape',
+        'worker': 'worker {}', 'server': 'serveur',
+        'switch': 'commutateur',
+        'ringlink': f'liaison de chaque worker{NB}: 2(k − 1)/k · N = {{}} N'
+                    ' dans chaque sens',
+        'ringnote': 'toujours moins de 2 N, quel que soit k',
+        'worklink': f'liaison de chaque worker{NB}: N dans chaque sens',
+        'serverlink': f'liaison du serveur{NB}: k · N = 4 N dans chaque'
+                      ' sens, croît avec k',
+        'logical': "ordre de l'anneau",
+    },
+    'tr': {
+        'original': 'özgün ağ', 'network': 'ağ bölümleme',
+        'layerwise': 'katman bazında bölümleme',
+        'dataparallel': 'veri paralelliği', 'batch': 'minigrup',
+        'layer': 'katman {}', 'half': 'parça {}',
+        'sync': 'gradyanları eşzamanla', 'gpu': 'GPU {}', 'data': 'veri',
+        'transfer': 'aktarım',
+        'part': 'parça {}', 'allreduce': 'allreduce\ng = g1 + g2',
+        'params': 'parametreler w', 'lossgrad': 'kayıp ve\ngradyan g{}',
+        'update': 'güncelleme\nw ← w − η·g', 'next': 'sonraki adım',
+        'start': 'başlangıç', 'rs': 'reduce-scatter\n{}. adım',
+        'ag': 'all-gather\n{}. adım', 'dev': 'aygıt {}',
+        'own': 'kendi parçası', 'partial': 'kısmi toplam',
+        'full': 'tam toplam', 'sent': 'sonraki aygıta gönderilen',
+        'cpu': 'CPU', 'load': 'yükleme', 'split': 'bölme',
+        'sumgrad': 'toplama\n∇W{}', 'updatew': 'güncelleme\nW1, W2',
+        'fwd': 'ileri geçiş\nkatman {}', 'loss': 'kayıp',
+        'bwd': 'geri geçiş\nkatman {}', 'copyhalf': 'kopyalama\nparça {}',
+        'copygrad': 'kopyalama\n∇W{}', 'copynew': 'kopyalama\nyeni W',
+        'overlap': 'örtüşebilir',
+        'alexnet': 'İki GPU üzerinde AlexNet (Krizhevsky ve ark., 2012)',
+        'input': 'girdi',
+        'image': "224 × 224 × 3 görüntü, iki GPU'da da",
+        'conv': 'evrişim {}', 'fc': 'tam bağlı {}',
+        'channels': '{} kanal', 'units': '{} birim',
+        'output': 'çıktı', 'softmax': '1000 sınıf üzerinde softmax',
+        'exchange': 'değiş tokuş', 'same': "kendi GPU'sunda kalır",
+        'other': "öbür GPU'ya gönderilir",
+        'ring': 'halka allreduce', 'ps': 'parametre sunucusu',
+        'setting': 'k = 4 işçi, N baytlık bir gradyan, tek adım',
+        'worker': 'işçi {}', 'server': 'sunucu', 'switch': 'ağ anahtarı',
+        'ringlink': 'her işçi bağlantısı: her yönde '
+                    '2(k − 1)/k · N = {} N',
+        'ringnote': "k ne olursa olsun her zaman 2 N'den az",
+        'worklink': 'her işçi bağlantısı: her yönde N',
+        'serverlink': 'sunucu bağlantısı: her yönde k · N = 4 N, '
+                      'k ile birlikte artar',
+        'logical': 'halkadaki sıra',
+    },
+    'zh': {
+        'original': '原始网络', 'network': '网络拆分',
+        'layerwise': '层内拆分', 'dataparallel': '数据并行',
+        'batch': '小批量', 'layer': '第 {} 层', 'half': '分片 {}',
+        'sync': '同步梯度', 'gpu': 'GPU {}', 'data': '数据',
+        'transfer': '传输',
+        'part': '分片 {}', 'allreduce': '全规约\ng = g1 + g2',
+        'params': '参数 w', 'lossgrad': '损失和\n梯度 g{}',
+        'update': '更新\nw ← w − η·g', 'next': '下一步',
+        'start': '初始', 'rs': '规约散播\n第 {} 步',
+        'ag': '全收集\n第 {} 步', 'dev': '设备 {}',
+        'own': '本设备的块', 'partial': '部分和', 'full': '完整的和',
+        'sent': '发送给下一个设备',
+        'cpu': 'CPU', 'load': '加载', 'split': '拆分',
+        'sumgrad': '求和\n∇W{}', 'updatew': '更新\nW1、W2',
+        'fwd': '前向传播\n第 {} 层', 'loss': '损失',
+        'bwd': '反向传播\n第 {} 层', 'copyhalf': '复制\n分片 {}',
+        'copygrad': '复制\n∇W{}', 'copynew': '复制\n新的 W',
+        'overlap': '可以重叠',
+        'alexnet': '两个 GPU 上的 AlexNet（Krizhevsky 等人，2012）',
+        'input': '输入', 'image': '224 × 224 × 3 的图像，两个 GPU 上各一份',
+        'conv': '卷积层 {}', 'fc': '全连接层 {}',
+        'channels': '{} 个通道', 'units': '{} 个单元',
+        'output': '输出', 'softmax': '对 1000 个类别做 softmax',
+        'exchange': '交换', 'same': '留在本 GPU 上',
+        'other': '发送到另一个 GPU',
+        'ring': '环形全规约', 'ps': '参数服务器',
+        'setting': 'k = 4 个工作进程，梯度共 N 字节，一个步骤',
+        'worker': '工作进程 {}', 'server': '服务器', 'switch': '交换机',
+        'ringlink': '每个工作进程的链路：每个方向 2(k − 1)/k · N = {} N',
+        'worklink': '每个工作进程的链路：每个方向 N',
+        'serverlink': '服务器的链路：每个方向 k · N = 4 N，随 k 增长',
+        'logical': '环的顺序',
+        'ringnote': '无论 k 多大，都小于 2 N',
+    },
+}
+DECIMAL = {'en': '.', 'fr': ',', 'tr': ',', 'zh': '.'}
+
+
+def words(lang):
+    """The words of `lang`, checked: every key, French typography."""
+    w = WORDS[lang]
+    assert w.keys() == WORDS['en'].keys(), \
+        f'{lang}: keys differ from en: {w.keys() ^ WORDS["en"].keys()}'
+    if lang == 'fr':
+        for key, text in w.items():
+            bad = re.search(r'(?<!\u00a0)[:;!?]', text)
+            assert not bad, f'fr {key!r}: no-break space missing before ' \
+                            f'{bad.group()!r} in {text!r}'
+    return w
+
+
+def number(x, lang):
+    return f'{x:g}'.replace('.', DECIMAL[lang])
+
+
+def cjk_font_file():
+    """The path of Noto Sans CJK SC inside the installed mplfonts."""
+    spec = importlib.util.find_spec('mplfonts')  # found, not imported
+    if spec is None:
+        raise RuntimeError(
+            'mplfonts is not installed: the Chinese pictures need its Noto '
+            'Sans CJK SC (make venv installs it from requirements-nodeps.txt)')
+    for folder in spec.submodule_search_locations:
+        path = pathlib.Path(folder) / 'fonts' / CJK_FONT
+        if path.exists():
+            return path
+    raise RuntimeError(f'mplfonts has no fonts/{CJK_FONT}')
+
+
+def use_fonts(lang):
+    """Make the fonts of `lang` the ones matplotlib draws with. For zh,
+    the Noto Sans CJK SC of mplfonts becomes the only font of that name
+    (a copy installed on the machine, maybe of another version or with a
+    bold face, would change the drawing)."""
+    if lang == 'zh':
+        path = str(cjk_font_file())
+        manager = font_manager.fontManager
+        if not any(f.fname == path for f in manager.ttflist):
+            manager.addfont(path)
+        manager.ttflist = [f for f in manager.ttflist
+                           if f.name != 'Noto Sans CJK SC' or f.fname == path]
+        found = font_manager.findfont(
+            font_manager.FontProperties(family='Noto Sans CJK SC'),
+            fallback_to_default=False)
+        assert found == path, f'Noto Sans CJK SC found at {found}'
+    plt.rcParams['font.family'] = FONTS[lang]
 
 
 def tint(color, amount):
@@ -48,14 +297,39 @@ def canvas(width, height):
     return fig, ax
 
 
+def fit(text, width, height=None, smallest=5):
+    """Shrink `text` until it fits `width` x `height` inches, or fail."""
+    fig = text.figure
+    renderer = fig.canvas.get_renderer()
+    while True:
+        box = text.get_window_extent(renderer)
+        if box.width / fig.dpi <= width and \
+                (height is None or box.height / fig.dpi <= height):
+            return text
+        size = text.get_fontsize() - 0.25
+        if size < smallest:
+            raise ValueError(f'{text.get_text()!r} does not fit in '
+                             f'{width:.2f} x {height} inches')
+        text.set_fontsize(size)
+
+
+def label(ax, x, y, text, width, **kw):
+    """Write `text` at (x, y), shrunk to fit `width` inches."""
+    kw.setdefault('va', 'center')
+    return fit(ax.text(x, y, text, **kw), width)
+
+
 def box(ax, x, y, w, h, text='', color=INK, fill=0.2, **kw):
-    """Draw a rounded box at (x, y), lower left; no fill: see-through."""
+    """Draw a rounded box at (x, y), lower left; no fill: see-through.
+    Its text is shrunk to fit inside."""
     face = 'none' if fill is None else tint(color, fill)
     patch = FancyBboxPatch((x, y), w, h, fc=face, ec=color,
                            lw=kw.pop('lw', 1.2),
                            boxstyle='round,pad=0,rounding_size=0.04')
     ax.add_patch(patch)
-    ax.text(x + w / 2, y + h / 2, text, ha='center', va='center', **kw)
+    if text:
+        fit(ax.text(x + w / 2, y + h / 2, text, ha='center', va='center',
+                    **kw), w - 0.04, h)
     return patch
 
 
@@ -71,63 +345,74 @@ def arrow(ax, a, b, color=INK, style='-|>', conn='arc3', **kw):
     ax.add_patch(FancyArrowPatch(
         centre(a) if pa else a, centre(b) if pb else b, patchA=pa,
         patchB=pb, arrowstyle=style, connectionstyle=conn, color=color,
-        mutation_scale=8, lw=1, shrinkA=1.5, shrinkB=1.5, **kw))
+        mutation_scale=8, lw=kw.pop('lw', 1), shrinkA=1.5, shrinkB=1.5,
+        **kw))
 
 
-def legend(ax, x, y, items):
-    """Draw a one-line legend of (colour, fill, label); no fill: arrow."""
-    for color, fill, label in items:
-        if fill is None:
-            arrow(ax, (x, y), (x + 0.3, y), color)
+def legend(ax, x, y, items, gap=0.25):
+    """Draw a one-line legend of (colour, fill, label); no fill: arrow;
+    'dash': a dashed arrow."""
+    renderer = ax.figure.canvas.get_renderer()
+    for color, fill, text in items:
+        if fill is None or fill == 'dash':
+            arrow(ax, (x, y), (x + 0.3, y), color,
+                  ls='--' if fill == 'dash' else '-')
         else:
             box(ax, x, y - 0.08, 0.3, 0.16, color=color, fill=fill)
-        ax.text(x + 0.38, y, label, va='center')
-        x += 0.55 + 0.055 * len(label)
+        t = ax.text(x + 0.38, y, text, va='center')
+        x += 0.38 + t.get_window_extent(renderer).width / ax.figure.dpi \
+            + gap
 
 
-def badge(ax, x, y, number):
+def badge(ax, x, y, step):
     """Draw a step number in a dark disc."""
     ax.add_patch(Circle((x, y), 0.1, color=INK))
-    ax.text(x, y, str(number), ha='center', va='center', color='white',
+    ax.text(x, y, str(step), ha='center', va='center', color='white',
             fontsize=8, weight='bold')
 
 
-def save(fig, name):
-    fig.savefig(OUT / name, metadata={'Date': None})
+def save(fig, path, png=None):
+    """Write the SVG; any missing glyph is an error."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings('error', message='.*missing from .*font')
+        fig.savefig(path, metadata={'Date': None})
+        if png:
+            fig.savefig(png, dpi=110)
     plt.close(fig)
 
 
-# Figure 1: partitioning a network over two GPUs.
+# Ways of partitioning a network over two GPUs.
 
 LEVELS = [0.42 + 0.44 * k for k in range(5)]  # batch, layers 1 to 4
 HIGH = 0.26  # box height
 
 
-def stack(ax, x, w, gpus, batch='batch'):
+def stack(ax, w, x, width, gpus, batch):
     """Draw a batch feeding four layers; orange arrows cross GPUs."""
-    below = box(ax, x, LEVELS[0], w, HIGH, batch, DATA)
+    below = box(ax, x, LEVELS[0], width, HIGH, batch, DATA)
     for k, gpu in enumerate(gpus, 1):
-        layer = box(ax, x, LEVELS[k], w, HIGH, f'layer {k}', gpu)
+        layer = box(ax, x, LEVELS[k], width, HIGH, w['layer'].format(k),
+                    gpu)
         cross = k > 1 and gpus[k - 2] != gpu
         arrow(ax, below, layer, COMM if cross else INK)
         below = layer
 
 
-def splitting():
+def splitting(w, lang):
     fig, ax = canvas(8, 3)
-    titles = ['original', 'network partitioning',
-              'layer-wise partitioning', 'data parallelism']
+    titles = [w['original'], w['network'], w['layerwise'],
+              w['dataparallel']]
     for p, title in enumerate(titles):
-        ax.text(2 * p + 1, 2.82, title, ha='center', va='center',
-                fontsize=9, weight='bold')
-    stack(ax, 0.5, 1, [GPU1] * 4)
-    stack(ax, 2.5, 1, [GPU1, GPU1, GPU2, GPU2])
+        label(ax, 2 * p + 1, 2.82, title, 1.95, ha='center', fontsize=9,
+              weight='bold')
+    stack(ax, w, 0.5, 1, [GPU1] * 4, w['batch'])
+    stack(ax, w, 2.5, 1, [GPU1, GPU1, GPU2, GPU2], w['batch'])
     # Layer-wise: each layer is cut in two halves by channels.
-    box(ax, 4.1, LEVELS[0], 1.8, HIGH, 'batch', DATA)
+    box(ax, 4.1, LEVELS[0], 1.8, HIGH, w['batch'], DATA)
     left, right = 4.52, 5.48  # centres of the two halves
     for k in range(1, 5):
-        box(ax, 4.1, LEVELS[k], 0.84, HIGH, f'layer {k}', GPU1)
-        box(ax, 5.06, LEVELS[k], 0.84, HIGH, f'layer {k}', GPU2)
+        box(ax, 4.1, LEVELS[k], 0.84, HIGH, w['layer'].format(k), GPU1)
+        box(ax, 5.06, LEVELS[k], 0.84, HIGH, w['layer'].format(k), GPU2)
         low, high = LEVELS[k - 1] + HIGH, LEVELS[k]
         arrow(ax, (left - 0.2, low), (left - 0.2, high))
         arrow(ax, (right + 0.2, low), (right + 0.2, high))
@@ -135,92 +420,151 @@ def splitting():
             arrow(ax, (left + 0.2, low), (right - 0.2, high), COMM)
             arrow(ax, (right - 0.2, low), (left + 0.2, high), COMM)
     # Data parallelism: two full copies, each fed half of the batch.
-    stack(ax, 6.1, 0.75, [GPU1] * 4, 'half 1')
-    stack(ax, 7.15, 0.75, [GPU2] * 4, 'half 2')
+    stack(ax, w, 6.1, 0.75, [GPU1] * 4, w['half'].format(1))
+    stack(ax, w, 7.15, 0.75, [GPU2] * 4, w['half'].format(2))
     for k in range(1, 5):
         y = LEVELS[k] + HIGH / 2
         arrow(ax, (6.85, y), (7.15, y), COMM, style='<|-|>')
-    ax.text(7, LEVELS[4] + HIGH + 0.1, 'sync gradients', color=COMM,
-            ha='center', va='center', weight='bold')
-    legend(ax, 2.2, 0.15, [(GPU1, 0.2, 'GPU 1'), (GPU2, 0.2, 'GPU 2'),
-                           (DATA, 0.2, 'data'), (COMM, None, 'transfer')])
-    save(fig, 'splitting.svg')
+    label(ax, 7, LEVELS[4] + HIGH + 0.1, w['sync'], 1.9, color=COMM,
+          ha='center', weight='bold')
+    legend(ax, 2.2, 0.15, [(GPU1, 0.2, w['gpu'].format(1)),
+                           (GPU2, 0.2, w['gpu'].format(2)),
+                           (DATA, 0.2, w['data']),
+                           (COMM, None, w['transfer'])])
+    return fig
 
 
-# Figure 2: one step of data parallelism on two GPUs.
+# AlexNet over two GPUs (Krizhevsky et al., 2012, section 3.2 and
+# figure 2): half of the kernels (or neurons) of every layer on each GPU;
+# the GPUs communicate only at the inputs of the third convolution and
+# of the fully connected layers.
 
-def data_parallel():
+ALEXNET = [('conv', 1, 48, False), ('conv', 2, 128, False),
+           ('conv', 3, 192, True), ('conv', 4, 192, False),
+           ('conv', 5, 128, False), ('fc', 1, 2048, True),
+           ('fc', 2, 2048, True), ('fc', 3, 500, True)]
+
+
+def alexnet(w, lang):
+    fig, ax = canvas(8, 4.6)
+    pitch, high = 0.37, 0.25
+    left, width, gap = 1.95, 1.75, 1.0  # GPU 1 column, then the gap
+    right = left + width + gap
+    label(ax, 4, 4.43, w['alexnet'], 7.8, ha='center', fontsize=9,
+          weight='bold')
+    for x, gpu, color in [(left, 1, GPU1), (right, 2, GPU2)]:
+        ax.text(x + width / 2, 4.17, w['gpu'].format(gpu), ha='center',
+                va='center', color=color, fontsize=9, weight='bold')
+    middles = (left + width / 2, right + width / 2)
+
+    def row(level, name):
+        y = 0.45 + pitch * level
+        label(ax, left - 0.12, y + high / 2, name, 1.8, ha='right')
+        return y
+
+    y = row(0, w['input'])
+    box(ax, left, y, 2 * width + gap, high, w['image'], DATA)
+    below = [(x, y + high) for x in middles]
+    for level, (kind, index, size, exchange) in enumerate(ALEXNET, 1):
+        y = row(level, w[kind].format(index))
+        text = w['channels' if kind == 'conv' else 'units'].format(size)
+        layer = [box(ax, left, y, width, high, text, GPU1),
+                 box(ax, right, y, width, high, text, GPU2)]
+        for g in (0, 1):
+            arrow(ax, below[g], layer[g] if level > 1 else (middles[g], y))
+        if exchange:
+            low, top = y - pitch + high, y
+            arrow(ax, (left + width - 0.1, low), (right + 0.1, top), COMM)
+            arrow(ax, (right + 0.1, low), (left + width - 0.1, top), COMM)
+            label(ax, right + width + 0.12, y - (pitch - high) / 2,
+                  w['exchange'], 8 - right - width - 0.2, color=COMM,
+                  weight='bold')
+        below = layer
+    y = row(len(ALEXNET) + 1, w['output'])
+    box(ax, left, y, 2 * width + gap, high, w['softmax'], DATA)
+    for g in (0, 1):
+        arrow(ax, below[g], (middles[g], y))
+    legend(ax, 2.0, 0.17, [(GPU1, 0.2, w['gpu'].format(1)),
+                           (GPU2, 0.2, w['gpu'].format(2)),
+                           (INK, None, w['same']),
+                           (COMM, None, w['other'])])
+    return fig
+
+
+# One step of data parallelism on two GPUs.
+
+def data_parallel(w, lang):
     fig, ax = canvas(7.45, 3)
-    ax.text(0.55, 2.04, 'minibatch', ha='center', va='center', fontsize=8)
-    parts = [box(ax, 0.15, 1.52, 0.8, 0.4, 'part 1', CPU),
-             box(ax, 0.15, 1.08, 0.8, 0.4, 'part 2', CPU)]
-    total = box(ax, 3.6, 1.25, 1.3, 0.5, 'allreduce\ng = g1 + g2', COMM,
-                fontsize=8)
+    label(ax, 0.55, 2.04, w['batch'], 1.0, ha='center', fontsize=8)
+    parts = [box(ax, 0.15, 1.52, 0.8, 0.4, w['part'].format(1), CPU),
+             box(ax, 0.15, 1.08, 0.8, 0.4, w['part'].format(2), CPU)]
+    total = box(ax, 3.6, 1.25, 1.3, 0.5, w['allreduce'], COMM, fontsize=8)
     for i, (gpu, side) in enumerate([(GPU1, 1), (GPU2, -1)]):
         y, top = 1.5 + 0.62 * side, 1.5 + 1.2 * side
-        ax.text(1.78, top, f'GPU {i + 1}', ha='right', va='center',
+        ax.text(1.78, top, w['gpu'].format(i + 1), ha='right', va='center',
                 color=gpu, fontsize=9, weight='bold')
-        params = box(ax, 1.9, top - 0.175, 1, 0.35, 'params w', gpu)
-        grad = box(ax, 1.9, y - 0.2, 1, 0.4,
-                   f'loss and\ngradient g{i + 1}', gpu)
-        update = box(ax, 5.9, y - 0.2, 1.4, 0.4, 'update\nw <- w - lr * g',
-                     gpu)
+        params = box(ax, 1.9, top - 0.175, 1, 0.35, w['params'], gpu)
+        grad = box(ax, 1.9, y - 0.2, 1, 0.4, w['lossgrad'].format(i + 1),
+                   gpu)
+        update = box(ax, 5.9, y - 0.2, 1.4, 0.4, w['update'], gpu)
         arrow(ax, parts[i], grad, COMM)
         arrow(ax, params, grad)
         arrow(ax, grad, total, COMM)
         arrow(ax, total, update, COMM)
         arrow(ax, (6.6, y + 0.2 * side), (2.9, top), DATA, ls='--',
               conn='angle,angleA=90,angleB=0,rad=0')
-        ax.text(4.75, top + 0.1 * side, 'next step', color=DATA,
-                ha='center', va='center')
+        label(ax, 4.75, top + 0.1 * side, w['next'], 1.6, color=DATA,
+              ha='center')
     for x, step in [(1.4, 1), (2.4, 2), (3.25, 3), (5.4, 4), (6.6, 5)]:
         badge(ax, x, 1.5, step)
-    save(fig, 'data-parallel.svg')
+    return fig
 
 
-# Figure 3: ring allreduce on three devices.
+# The ring allreduce on three devices.
 
 def ring_steps(n=3):
-    """Yield (title, state, sends) for each panel of the ring allreduce.
+    """Yield (phase, step, state, sends) for each panel of the ring
+    allreduce (phase None: the start).
 
     state[i][k] is the set of devices whose chunk k is summed on device
     i, after the step; sends lists the pairs (i, k): device i sent its
     chunk k to device i + 1 (mod n) during the step.
     """
     state = [[{i} for _ in range(n)] for i in range(n)]
-    yield 'start', state, []
-    for phase in ('reduce-scatter', 'all-gather'):
+    yield None, 0, state, []
+    for phase in ('rs', 'ag'):  # reduce-scatter, all-gather
         for s in range(n - 1):
             old, state = state, copy.deepcopy(state)
             sends = []
             for i in range(n):
                 j = (i + 1) % n
-                if phase == 'reduce-scatter':
+                if phase == 'rs':
                     k = (i - s) % n
                     state[j][k] = old[j][k] | old[i][k]
                 else:
                     k = (i + 1 - s) % n
                     state[j][k] = set(old[i][k])
                 sends.append((i, k))
-            yield f'{phase}\nstep {s + 1}', state, sends
-        if phase == 'reduce-scatter':  # device i has chunk i + 1 summed
+            yield phase, s + 1, state, sends
+        if phase == 'rs':  # device i has chunk i + 1 summed
             assert all(state[i][(i + 1) % n] == set(range(n))
                        for i in range(n))
     assert all(cell == set(range(n)) for row in state for cell in row)
 
 
-def ring_allreduce():
+def ring_allreduce(w, lang):
     fig, ax = canvas(8, 3)
     width, height = 0.36, 0.42  # chunk cell
     tops = [2.52, 1.86, 1.2]  # top edge of each device's row
     shade = {1: 0.06, 2: 0.35, 3: 1}
     for i, top in enumerate(tops):
-        ax.text(0.5, top - height / 2, f'dev {i}', ha='right',
-                va='center', fontsize=8, weight='bold')
-    for p, (title, state, sends) in enumerate(ring_steps()):
-        x0 = 0.6 + 1.49 * p
-        ax.text(x0 + 0.57, 2.8, title, ha='center', va='center',
-                fontsize=8, weight='bold')
+        label(ax, 0.66, top - height / 2, w['dev'].format(i), 0.62,
+              ha='right', fontsize=8, weight='bold')
+    for p, (phase, step, state, sends) in enumerate(ring_steps()):
+        x0 = 0.75 + 1.45 * p
+        title = w[phase].format(step) if phase else w['start']
+        label(ax, x0 + 0.57, 2.8, title, 1.4, ha='center', fontsize=8,
+              weight='bold')
         got = {((i + 1) % 3, k) for i, k in sends}
         for i, row in enumerate(state):
             for k, cell in enumerate(row):
@@ -241,68 +585,160 @@ def ring_allreduce():
                          (side, high), (x, high), (x, tops[0])])
             ax.add_patch(FancyArrowPatch(path=path, arrowstyle='-|>',
                                          mutation_scale=8, color=COMM))
-    legend(ax, 1.6, 0.3, [(GPU1, 0.06, 'own chunk'), (GPU1, 0.35,
-                          'partial sum'), (GPU1, 1, 'full sum'),
-                          (COMM, None, 'sent to next device')])
-    save(fig, 'ring-allreduce.svg')
+    legend(ax, 0.9, 0.3, [(GPU1, 0.06, w['own']), (GPU1, 0.35,
+                          w['partial']), (GPU1, 1, w['full']),
+                          (COMM, None, w['sent'])])
+    return fig
 
 
-# Figure 4: dependencies of one training step of a two-layer MLP.
+# The dependencies of one training step of a two-layer MLP.
 
-def mlp_dependencies():
-    fig, ax = canvas(8, 3)
-    lanes = [('GPU 1', GPU1, 1.9, 2.76), ('CPU', CPU, 1.18, 1.78),
-             ('GPU 2', GPU2, 0.2, 1.06)]
+def mlp_dependencies(w, lang):
+    fig, ax = canvas(8.4, 3)
+    pitch, wide = 0.66, 0.53  # of the columns, of a node
+    lanes = [(w['gpu'].format(1), GPU1, 1.9, 2.76),
+             (w['cpu'], CPU, 1.18, 1.78),
+             (w['gpu'].format(2), GPU2, 0.2, 1.06)]
     for name, color, low, high in lanes:
         ax.add_patch(FancyBboxPatch(
-            (0.05, low), 7.9, high - low, fc=tint(color, 0.1), ec='none',
+            (0.05, low), 8.3, high - low, fc=tint(color, 0.1), ec='none',
             zorder=0, boxstyle='round,pad=0,rounding_size=0.06'))
         ax.text(0.18, (low + high) / 2, name, color=color, rotation=90,
                 ha='center', va='center', fontsize=8, weight='bold')
 
     def node(col, y, text, color):
-        return box(ax, 0.38 + 0.633 * col, y - 0.15, 0.5, 0.3, text,
+        return box(ax, 0.36 + pitch * col, y - 0.16, wide, 0.32, text,
                    color, fontsize=6.5)
 
-    load, split = node(0, 1.48, 'load', CPU), node(1, 1.48, 'split', CPU)
-    sum2 = node(8, 1.48, 'sum\ngrad W2', CPU)
-    sum1 = node(9, 1.48, 'sum\ngrad W1', CPU)
-    update = node(10, 1.48, 'update\nW1, W2', CPU)
+    load = node(0, 1.48, w['load'], CPU)
+    split = node(1, 1.48, w['split'], CPU)
+    sum2 = node(8, 1.48, w['sumgrad'].format(2), CPU)
+    sum1 = node(9, 1.48, w['sumgrad'].format(1), CPU)
+    update = node(10, 1.48, w['updatew'], CPU)
     arrow(ax, load, split)
     arrow(ax, sum2, update, conn='arc3,rad=-0.45')
     arrow(ax, sum1, update)
-    steps = ['forward\nlayer 1', 'forward\nlayer 2', 'loss',
-             'backward\nlayer 2', 'backward\nlayer 1']
+    steps = [w['fwd'].format(1), w['fwd'].format(2), w['loss'],
+             w['bwd'].format(2), w['bwd'].format(1)]
     for i, (gpu, side) in enumerate([(GPU1, 1), (GPU2, -1)]):
         work, move = 1.48 + 1.06 * side, 1.48 + 0.63 * side
-        copy_in = node(2, move, f'copy\nhalf {i + 1}', COMM)
+        copy_in = node(2, move, w['copyhalf'].format(i + 1), COMM)
         chain = [node(col, work, text, gpu)
                  for col, text in enumerate(steps, 3)]
-        grad2 = node(7, move, 'copy\ngrad W2', COMM)
-        grad1 = node(8, move, 'copy\ngrad W1', COMM)
-        new = node(11, move, 'copy\nnew W', COMM)
+        grad2 = node(7, move, w['copygrad'].format(2), COMM)
+        grad1 = node(8, move, w['copygrad'].format(1), COMM)
+        new = node(11, move, w['copynew'], COMM)
         for a, b in [(split, copy_in), (copy_in, chain[0]),
                      *zip(chain, chain[1:]), (chain[3], grad2),
                      (chain[4], grad1), (grad2, sum2), (grad1, sum1),
                      (update, new)]:
             arrow(ax, a, b)
         # Sending grad W2 overlaps with the backward pass of layer 1.
+        x = 0.36 + pitch * 7  # the column of backward layer 1
         ax.add_patch(FancyBboxPatch(
-            (0.38 + 0.633 * 7 - 0.05, min(work, move) - 0.19), 0.6, 0.81,
+            (x - 0.04, min(work, move) - 0.2), wide + 0.08, 0.83,
             fc='none', ec=INK, ls='--', lw=1, zorder=0.5,
             boxstyle='round,pad=0,rounding_size=0.05'))
-        ax.text(0.63 + 0.633 * 7, 1.48 + 1.4 * side, 'can overlap',
-                ha='center', va='center', fontsize=8, style='italic')
-    save(fig, 'mlp-dependencies.svg')
+        label(ax, x + wide / 2, 1.48 + 1.4 * side, w['overlap'], 1.5,
+              ha='center', fontsize=8, style='italic')
+    return fig
 
 
-def main():
-    OUT.mkdir(parents=True, exist_ok=True)
-    splitting()
-    data_parallel()
-    ring_allreduce()
-    mlp_dependencies()
-    print('wrote 4 figures to', OUT)
+# Bytes per link in one step: ring allreduce and a parameter server.
+
+def ring_vs_server(w, lang, k=4):
+    """Both on the same network: every worker has one link to a switch
+    (and the server too); each link shows what it carries each way."""
+    fig, ax = canvas(8, 3.5)
+    label(ax, 4, 3.32, w['setting'], 7.8, ha='center', fontsize=8)
+    bw, bh, pitch = 0.66, 0.3, 0.92  # worker boxes
+    work_y, hub_y, hub_h = 0.78, 1.82, 0.24
+
+    def link(x, low, high, text, lw=1.0, weight='normal'):
+        """A link with an arrow up on its left and down on its right."""
+        ax.plot([x, x], [low, high], color=DATA, lw=0.8, zorder=0.5)
+        for dx, a, b in [(-0.06, low, high), (0.06, high, low)]:
+            arrow(ax, (x + dx, a), (x + dx, b), COMM, lw=lw)
+            ax.text(x + 2 * dx, (low + high) / 2, text, va='center',
+                    ha='right' if dx < 0 else 'left', fontsize=6.5,
+                    weight=weight)
+
+    def network(x0, title, bytes_, notes):
+        cx = x0 + 1.85
+        label(ax, cx, 3.0, title, 3.6, ha='center', fontsize=9,
+              weight='bold')
+        xs = [cx + pitch * (i - (k - 1) / 2) for i in range(k)]
+        box(ax, xs[0] - bw / 2, hub_y, xs[-1] - xs[0] + bw, hub_h,
+            w['switch'], DATA, fontsize=6.5)
+        for i, x in enumerate(xs):
+            box(ax, x - bw / 2, work_y, bw, bh, w['worker'].format(i + 1),
+                GPU1, fontsize=6.5)
+            link(x, work_y + bh, hub_y, bytes_)
+        for n, note in enumerate(notes):
+            label(ax, cx, 0.27 - 0.17 * n, note, 3.8, ha='center',
+                  fontsize=6.5)
+        return cx, xs
+
+    # Left, the ring: every worker sends 2(k-1)/k N to the next one and
+    # receives as much from the one before, through the switch.
+    share = number(2 * (k - 1) / k, lang)
+    cx, xs = network(0.1, w['ring'], f'{share} N',
+                     [w['ringlink'].format(share), w['ringnote']])
+    mid = work_y + bh / 2
+    for a, b in zip(xs, xs[1:]):  # the order of the ring, 1 to k, then 1
+        arrow(ax, (a + bw / 2, mid), (b - bw / 2, mid), INK, ls='--',
+              lw=0.8)
+    low = work_y - 0.12
+    ax.add_patch(FancyArrowPatch(
+        path=Path([(xs[-1], work_y), (xs[-1], low), (xs[0], low),
+                   (xs[0], work_y)]),
+        arrowstyle='-|>', mutation_scale=8, color=INK, ls='--', lw=0.8,
+        shrinkA=1.5, shrinkB=1.5))
+    label(ax, cx, low - 0.1, w['logical'], 1.6, ha='center', fontsize=6.5,
+          style='italic', color=INK)
+    # Right, one parameter server: every worker pushes N of gradients and
+    # pulls N of parameters, so the server's own link carries k N.
+    cx, xs = network(4.1, w['ps'], 'N', [w['worklink'], w['serverlink']])
+    box(ax, cx - 0.5, 2.5, 1.0, 0.3, w['server'], GPU2)
+    link(cx, hub_y + hub_h, 2.5, f'{k} N', lw=2.2, weight='bold')
+    return fig
+
+
+FIGURES = {'splitting': splitting, 'alexnet-two-gpus': alexnet,
+           'data-parallel': data_parallel, 'ring-allreduce': ring_allreduce,
+           'mlp-dependencies': mlp_dependencies,
+           'ring-vs-server': ring_vs_server}
+
+
+def draw(out=OUT, png=None, langs=LANGS, names=tuple(FIGURES)):
+    """Draw the pictures `names` in `langs` into out/<lang>/<name>.svg
+    (and PNG previews into png/<lang>/ if given)."""
+    paths = []
+    for lang in langs:
+        w = words(lang)
+        (out / lang).mkdir(parents=True, exist_ok=True)
+        if png:
+            (png / lang).mkdir(parents=True, exist_ok=True)
+        with plt.rc_context(RC):
+            use_fonts(lang)
+            for name in names:
+                fig = FIGURES[name](w, lang)
+                paths.append(out / lang / f'{name}.svg')
+                save(fig, paths[-1], png / lang / f'{name}.png' if png
+                     else None)
+    return paths
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--out', type=pathlib.Path, default=OUT)
+    parser.add_argument('--png', type=pathlib.Path)
+    parser.add_argument('--lang', nargs='+', default=LANGS, choices=LANGS)
+    parser.add_argument('--only', nargs='+', default=tuple(FIGURES),
+                        choices=FIGURES, metavar='NAME')
+    args = parser.parse_args(argv)
+    paths = draw(args.out, args.png, args.lang, args.only)
+    print(f'wrote {len(paths)} pictures to {args.out}')
 
 
 if __name__ == '__main__':

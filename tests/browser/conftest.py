@@ -21,9 +21,12 @@ The server runs with a private token on a free loopback port, with its own
 settings folder (autosave off, so running the notebooks never writes them
 back to the repository; every cell attached to the page; no news
 requests), its own runtime/data/config folders and its own checkpoint
-folder (so nothing is written into the repository); it is shut down, kernels
+folder (so nothing is written into the repository), and menus in English
+(or the language a test asks for, set as `make lab LAB_LANG=...` sets it:
+tools/lab_language.py); it is shut down, kernels
 included, when the module's tests end, whether they passed or not.
 """
+import importlib.util
 import json
 import os
 import pathlib
@@ -258,7 +261,20 @@ class LabServer:
             pass
 
 
-def start_lab(home):
+def lab_language():
+    """tools/lab_language.py, which chooses the language for `make lab`."""
+    spec = importlib.util.spec_from_file_location(
+        'lab_language', ROOT / 'tools' / 'lab_language.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def start_lab(home, language='en'):
+    """`jupyter lab` in `home`'s folders, its menus in `language` (fr, tr,
+    zh, en), set the way `make lab LAB_LANG=...` sets it. English unless
+    asked: left to its default, JupyterLab would follow the machine's
+    locale, and the tests click menus by their English names."""
     token = secrets.token_hex(24)
     port = free_port()
     settings = home / 'settings'
@@ -272,6 +288,10 @@ def start_lab(home):
     env['JUPYTER_DATA_DIR'] = str(home / 'data')
     env['JUPYTER_CONFIG_DIR'] = str(home / 'config')
     env['IPYTHONDIR'] = str(home / 'ipython')
+    tool = lab_language()
+    config = str(tool.write_config(tool.lab_locale(language), root=home))
+    env['JUPYTER_CONFIG_PATH'] = os.pathsep.join(
+        filter(None, [config, os.environ.get('JUPYTER_CONFIG_PATH')]))
     jupyter = ROOT / '.venv' / 'bin' / 'jupyter'
     if not jupyter.exists():  # another venv: use the one running pytest
         jupyter = pathlib.Path(sys.executable).parent / 'jupyter'

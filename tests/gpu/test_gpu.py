@@ -6,8 +6,13 @@ are skipped, see conftest):
   with D2LPAR_REQUIRE_MXNET_GPU=1;
 - on two GPUs, the lesson's workload (50 products of 4000x4000 matrices on
   each GPU) queued on both at once takes clearly less than the two alone
-  one after the other (< 0.8 of the sum);
-- training on two GPUs reaches the one-GPU test accuracy within 0.02.
+  one after the other (< 0.8 of the sum), close to the slower one alone
+  (< 1.25 times it): lesson 1;
+- training on two GPUs reaches the one-GPU test accuracy within 0.02
+  (lesson 2's run: batch 256, lr 0.1, 10 epochs).
+
+What the lessons say about GPUs is checked here and in
+test_lessons_on_gpu.py.
 """
 import os
 import time
@@ -19,6 +24,7 @@ from .conftest import mxnet_gpus
 SIZE = 4000          # the book's workload on GPUs
 PRODUCTS = 50
 MAX_RATIO = 0.8      # both together / (one alone + the other alone)
+MAX_OF_SLOWER = 1.25  # both together / the slower one alone
 ACC_TOLERANCE = 0.02
 REPEAT = 3           # timings: best of
 
@@ -121,6 +127,8 @@ def test_two_gpus_compute_at_once(framework, two_gpus):
         import mxnet
         devices, workload = [mxnet.gpu(0), mxnet.gpu(1)], mxnet_workload
     alone1, alone2, both = time_both(workload, devices)
+    # Lesson 1: "On two devices the total is well below the sum of its
+    # parts, close to the time of the slower device alone"
     ratio = both / (alone1 + alone2)
     print(f'{framework}: GPU 0 alone {alone1:.3f} s, GPU 1 alone '
           f'{alone2:.3f} s, both {both:.3f} s: {ratio:.2f} of the sum')
@@ -129,6 +137,10 @@ def test_two_gpus_compute_at_once(framework, two_gpus):
         f'two GPUs at once took {both:.3f} s, {ratio:.2f} of the sum of ' \
         f'the two alone ({alone1:.3f} + {alone2:.3f} s); expected < ' \
         f'{MAX_RATIO}: the GPUs did not run in parallel'
+    slower = max(alone1, alone2)
+    assert both < MAX_OF_SLOWER * slower, \
+        f'{framework}: both GPUs took {both:.3f} s, more than ' \
+        f'{MAX_OF_SLOWER} times the slower one alone ({slower:.3f} s)'
 
 
 @pytest.mark.parametrize('framework', ['torch', 'mxnet'])
@@ -145,7 +157,9 @@ def test_two_gpu_training_matches_one_gpu(framework, two_gpus, real_data):
     results = []
     for k in (1, 2):
         seed(0)
-        results.append(d2l.train(k, 256, 0.2, num_epochs=10, plot=False))
+        # Lesson 2's run on GPUs: batch 256, lr 0.1, 10 epochs; "The test
+        # accuracy comes out within a point or two"
+        results.append(d2l.train(k, 256, 0.1, num_epochs=10, plot=False))
     one, two = results
     print(f'{framework}: 1 GPU: {one}; 2 GPUs: {two}')
     assert len(set(two.devices)) == 2 and all(

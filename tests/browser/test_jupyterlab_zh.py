@@ -1,0 +1,141 @@
+"""A Chinese lesson in a Chinese JupyterLab, in headless Chromium.
+
+The server gets its language the way `make lab LAB_LANG=zh` gives it
+(tools/lab_language.py: a default setting read through
+JUPYTER_CONFIG_PATH, here in the test's own folder), and the page must
+show JupyterLab's menus in Chinese. Then the lesson's first cell (the
+import of d2lpar) runs, and a cell added to the page (not saved: autosave
+is off) draws a training chart through d2lpar's `Animator` with a Chinese
+axis label and legend: the chart must be shown, and the kernel must have
+written no "Glyph ... missing from current font" (nor "findfont") warning
+into the cell's output, which is what matplotlib says when it draws a
+character as an empty box.
+
+Kept short for `make test`: one server, one kernel, two cells.
+Screenshot: build/browser/zh-jupyterlab.png.
+"""
+import pathlib
+import shutil
+import tempfile
+import urllib.parse
+import uuid
+
+import pytest
+
+from .conftest import start_lab
+
+NOTEBOOK = 'notebooks/zh/pytorch/auto-parallelism.ipynb'
+LOAD_TIMEOUT = 120_000  # ms
+RUN_TIMEOUT = 180_000  # ms: import torch and d2lpar, draw one chart
+MARK = '# d2lpar: 图例中的中文'
+CHART_CELL = MARK + '''
+animator = d2l.Animator('轮次', '准确率', legend=['训练准确率', '测试准确率'],
+                        xlim=[1, 3], ylim=[0, 1])
+for epoch in (1, 2, 3):
+    animator.add(epoch, (0.5 + 0.1 * epoch, 0.4 + 0.1 * epoch))
+'''
+
+
+@pytest.fixture(scope='module')
+def lab_server_zh(request, chromium_path, sync_playwright):
+    home = pathlib.Path(tempfile.mkdtemp(prefix='d2lpar-lab-zh-'))
+    server = None
+
+    def finish():
+        if server is not None:
+            server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+    request.addfinalizer(finish)
+    server = start_lab(home, language='zh')
+    return server
+
+
+MENU_JS = r"""() => [...document.querySelectorAll(
+    '#jp-menu-panel .lm-MenuBar-itemLabel')].map(e => e.textContent)"""
+
+CELL_JS = r"""(mark) => {
+  const panel = document.querySelector(
+      '.jp-NotebookPanel:not(.lm-mod-hidden)');
+  const cell = [...panel.querySelectorAll('.jp-Notebook .jp-CodeCell')]
+      .find(c => c.querySelector('.jp-InputArea').innerText.includes(mark));
+  if (!cell) return null;
+  const prompt = cell.querySelector('.jp-InputArea-prompt');
+  const img = cell.querySelector('.jp-OutputArea-output img');
+  return {
+    prompt: prompt ? prompt.textContent.trim() : '',
+    stderr: [...cell.querySelectorAll(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+    )].map(e => e.innerText),
+    img: img ? {complete: img.complete, width: img.naturalWidth,
+                height: img.naturalHeight} : null,
+  };
+}"""
+
+
+def test_chinese_lesson_in_chinese_jupyterlab(lab_server_zh, browser,
+                                             screenshot_dir):
+    server = lab_server_zh
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        workspace = 'd2lpar-zh-' + uuid.uuid4().hex[:8]
+        page.goto(f'{server.url}/lab/workspaces/{workspace}/tree/'
+                  f'{urllib.parse.quote(NOTEBOOK)}?reset&token='
+                  f'{server.token}')
+        page.wait_for_selector(
+            '.jp-NotebookPanel:not(.lm-mod-hidden) '
+            '.jp-Notebook-ExecutionIndicator[data-status="idle"]',
+            timeout=LOAD_TIMEOUT)
+
+        # (a) JupyterLab's own menus are in Chinese.
+        page.wait_for_function(
+            f'() => ({MENU_JS})().length >= 5', timeout=LOAD_TIMEOUT)
+        labels = page.evaluate(MENU_JS)
+        assert '文件' in labels and 'File' not in labels, \
+            f'the menu bar is not in Chinese: {labels}'
+        assert page.evaluate('document.documentElement.lang') == 'zh-CN'
+
+        # The lesson's import cell, then a chart with a Chinese legend.
+        first = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) '
+                             '.jp-Notebook .jp-CodeCell').first
+        first.locator('.jp-InputArea-prompt').click()
+        page.keyboard.press('Escape')
+        page.keyboard.press('b')  # a new cell below it, in command mode
+        page.keyboard.press('Enter')  # edit it
+        page.keyboard.insert_text(CHART_CELL)  # no auto-indent
+        page.keyboard.press('Escape')
+        # The toolbar's "run this cell and select the next" button (the
+        # Shift+Enter key did not run anything here in headless Chromium)
+        run = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Toolbar '
+                           '[data-command="notebook:run-cell-and-select-next"]')
+        first.locator('.jp-InputArea-prompt').click()
+        run.click()  # the lesson's import; then ours is selected
+        run.click()  # the chart
+        page.wait_for_function(
+            f'() => {{ const c = ({CELL_JS})({MARK!r}); return c && '
+            f'(/^\\[\\d+\\]/.test(c.prompt) || c.stderr.length); }}',
+            timeout=RUN_TIMEOUT)
+        page.wait_for_function(  # the image arrives with the prompt or so
+            f'() => {{ const c = ({CELL_JS})({MARK!r}); return c.img && '
+            f'c.img.complete || c.stderr.some(t => /Error/.test(t)); }}',
+            timeout=30_000)
+        cell = page.evaluate(CELL_JS, MARK)
+
+        # (b) The chart is drawn, and no character of it was missing.
+        bad = [t for t in cell['stderr']
+               if 'Glyph' in t or 'findfont' in t or 'Traceback' in t
+               or 'Error' in t]
+        assert not bad, 'the chart cell wrote:\n' + '\n---\n'.join(bad)
+        assert cell['img'] and cell['img']['width'] > 100 \
+            and cell['img']['height'] > 100, f'no chart shown: {cell}'
+        page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) '
+                     '.jp-OutputArea-output img').first.scroll_into_view_if_needed()
+        assert 'Saving file at' not in server.log(), \
+            'JupyterLab saved the notebook into the repository'
+    finally:
+        try:
+            page.screenshot(path=str(screenshot_dir / 'zh-jupyterlab.png'))
+        finally:
+            page.close()
+            server.shutdown_kernels()
