@@ -11,7 +11,7 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	--sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: venv lab test test-unit test-notebooks notebooks check-notebooks \
-	figures bench clean
+	figures bench clean messages
 
 venv: $(STAMP)
 
@@ -44,6 +44,13 @@ notebooks:
 # Fails when a committed notebook does not match its source (stdlib only).
 check-notebooks:
 	$(PYTHON) tools/notebooks.py check
+
+# The message catalogs of d2lpar (d2lpar/locale, see tools/messages.py):
+# extract the strings of the code into d2lpar.pot, merge it into each
+# language's .po (translate what arrives empty or fuzzy there, then run
+# this again), and compile the .mo files that are committed.
+messages: $(STAMP)
+	$(PY) tools/messages.py
 
 # Redraw the SVG pictures of the lessons, one per language
 # (notebooks/img/<lang>/).

@@ -4,18 +4,24 @@ that will work offline."""
 import sys
 
 from d2lpar import _common
+from d2lpar.i18n import _
 
 
 def main(argv):
     if argv[1:] != ['download']:
-        print(__doc__)
+        print(_('Command line: ``python -m d2lpar download`` fetches '
+                'Fashion-MNIST into\nthe cache folder (see '
+                '`d2lpar._common.data_dir`), e.g. to prepare a class\nthat '
+                'will work offline.'))
         return 2
     root = _common.data_dir()
     for split in ('train', 'test'):
         if _common.fetch_fashion_mnist(split, root) is None:
-            print(f'Could not download Fashion-MNIST into {root} (offline?).')
+            print(_('Could not download Fashion-MNIST into {root} '
+                    '(offline?).').format(root=root))
             return 1
-    print(f'Fashion-MNIST is ready in {root}/FashionMNIST/raw')
+    print(_('Fashion-MNIST is ready in {folder}').format(
+        folder=f'{root}/FashionMNIST/raw'))
     return 0
 
 

@@ -26,11 +26,15 @@ from d2lpar.cost import (  # noqa: F401 (re-exported by both backends)
 from d2lpar.sharding import (  # noqa: F401 (shared by both backends)
     bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
     plot_memory, shard_bounds, zero_memory)
+from d2lpar.i18n import (  # noqa: F401 (source_code, use_language: shared)
+    Message, N_, _, display_width, error_message, ngettext, number, pad,
+    source_code, use_language)
 
 # The names each backend re-exports as they are.
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
-          'plot_scaling', 'plot_timings', 'say_once',
+          'plot_scaling', 'plot_timings', 'say_once', 'source_code',
+          'use_language',
           # the cost model of an allreduce (d2lpar.cost) and the drift
           # between runs on 1 and 2 devices
           'LINKS', 'Link', 'allreduce_time', 'format_seconds', 'gpu_link',
@@ -72,16 +76,19 @@ def say_once(message):
 def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
     """Say in plain words what `try_devices` fell back to: CPU stand-ins
     with `threads_each` CPU threads each, half of the CPU's."""
-    found = 'No GPU' if num_found == 0 else f'Only {num_found} GPU(s)'
-    what = ('1 CPU stand-in' if num_wanted == 1
-            else f'{num_wanted} CPU stand-ins')
-    share = ('two of them split the CPU in two' if num_wanted <= 2 else
-             f'{num_wanted} of them share cores meant for two')
-    each = 'each computing' if num_wanted > 1 else 'computing'
-    return (f'{found} found, {num_wanted} '
-            f'device{"s" if num_wanted > 1 else ""} requested: using '
-            f'{what} ({stand_ins}), {each} with {threads_each} '
-            f'CPU thread(s) of its own ({share}).')
+    found = (_('No GPU found') if num_found == 0 else
+             _('Only {num_found} GPU(s) found').format(num_found=num_found))
+    share = (_('two of them split the CPU in two') if num_wanted <= 2 else
+             _('{n} of them share cores meant for two').format(n=num_wanted))
+    return ngettext(
+        '{found}, {n} device requested: using {n} CPU stand-in '
+        '({stand_ins}), computing with {threads} CPU thread(s) of its own '
+        '({share}).',
+        '{found}, {n} devices requested: using {n} CPU stand-ins '
+        '({stand_ins}), each computing with {threads} CPU thread(s) of its '
+        'own ({share}).', num_wanted).format(
+            found=found, n=num_wanted, stand_ins=stand_ins,
+            threads=threads_each, share=share)
 
 
 def products_that_fit_with(free_bytes, num_products, shape, devices):
@@ -89,8 +96,9 @@ def products_that_fit_with(free_bytes, num_products, shape, devices):
     on `device` when it is a GPU, None for any other device."""
     devices = check_devices(devices)
     if not isinstance(num_products, int) or num_products < 1:
-        raise ValueError(f'num_products must be an int >= 1, got '
-                         f'{num_products!r}.')
+        raise ValueError(error_message(
+            'num_products must be an int >= 1, got {num_products!r}.',
+            num_products=num_products))
     each = 4 * int(np.prod(shape))  # one float32 result
     fit = num_products
     for device in devices:
@@ -102,12 +110,12 @@ def products_that_fit_with(free_bytes, num_products, shape, devices):
         usable = free - max(free // 10, 256 << 20) - each
         n = usable // each
         if n < 1:
-            raise ValueError(
-                f'{device} has {free / 1e9:.2f} GB free: not enough for '
-                f'even one product of shape {tuple(shape)} '
-                f'({each / 1e6:.0f} MB a result). Free GPU memory (restart '
-                f'the other notebooks that use it) or take smaller '
-                f'matrices.')
+            raise ValueError(error_message(
+                '{device!s} has {free:.2f} GB free: not enough for even one '
+                'product of shape {shape!s} ({each:.0f} MB a result). Free '
+                'GPU memory (restart the other notebooks that use it) or '
+                'take smaller matrices.', device=device, free=free / 1e9,
+                shape=tuple(shape), each=each / 1e6))
         fit = min(fit, int(n))
     return fit
 
@@ -118,13 +126,15 @@ def products_that_fit_with(free_bytes, num_products, shape, devices):
 def check_devices(devices):
     """Return `devices` as a non-empty list, or raise a clear error."""
     if devices is None or isinstance(devices, (str, bytes)):
-        raise TypeError(f'devices must be a list of devices, got '
-                        f'{devices!r}; for example d2l.try_all_gpus().')
+        raise TypeError(error_message(
+            'devices must be a list of devices, got {devices!r}; for '
+            'example d2l.try_all_gpus().', devices=devices))
     devices = list(devices)
     if not devices:
-        raise ValueError('The device list is empty: pass at least one '
-                         'device, e.g. d2l.try_all_gpus(), which falls '
-                         'back to the CPU when there is no GPU.')
+        raise ValueError(error_message(
+            'The device list is empty: pass at least one device, e.g. '
+            'd2l.try_all_gpus(), which falls back to the CPU when there is '
+            'no GPU.'))
     return devices
 
 
@@ -132,13 +142,14 @@ def check_split(num_X, num_y, devices):
     """Check that a batch of `num_X` examples can be split over devices."""
     devices = check_devices(devices)
     if num_X != num_y:
-        raise ValueError(f'X has {num_X} examples but y has {num_y}: pass '
-                         f'the features and labels of the same minibatch.')
+        raise ValueError(error_message(
+            'X has {num_X} examples but y has {num_y}: pass the features '
+            'and labels of the same minibatch.', num_X=num_X, num_y=num_y))
     if num_X < len(devices):
-        raise ValueError(f'Cannot split {num_X} examples over '
-                         f'{len(devices)} devices: each device needs at '
-                         f'least one example. Use a larger batch or fewer '
-                         f'devices.')
+        raise ValueError(error_message(
+            'Cannot split {num_X} examples over {k} devices: each device '
+            'needs at least one example. Use a larger batch or fewer '
+            'devices.', num_X=num_X, k=len(devices)))
     return devices
 
 
@@ -146,9 +157,10 @@ def check_replicas(device_params, devices):
     """Check that there is one copy of the parameters per device."""
     devices = check_devices(devices)
     if len(device_params) != len(devices):
-        raise ValueError(f'Got {len(device_params)} copies of the '
-                         f'parameters for {len(devices)} devices: make one '
-                         f'per device with get_params(params, device).')
+        raise ValueError(error_message(
+            'Got {copies} copies of the parameters for {k} devices: make '
+            'one per device with get_params(params, device).',
+            copies=len(device_params), k=len(devices)))
     return devices
 
 
@@ -162,26 +174,29 @@ def check_allreduce(data, memory_of=id, device_of=None):
     per device, it is never asked, and nothing has to wait for the
     gradients to be computed."""
     if not isinstance(data, (list, tuple)):
-        raise TypeError(f'allreduce expects a list with one array per '
-                        f'device, got {type(data).__name__}.')
+        raise TypeError(error_message(
+            'allreduce expects a list with one array per device, got '
+            '{type}.', type=type(data).__name__))
     if not data:
-        raise ValueError('allreduce got an empty list: pass one array per '
-                         'device.')
+        raise ValueError(error_message(
+            'allreduce got an empty list: pass one array per device.'))
     for i, x in enumerate(data):
         if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
-            raise TypeError(f'allreduce sums arrays in place, one per '
-                            f'device, but data[{i}] is a '
-                            f'{type(x).__name__} ({x!r}): pass tensors '
-                            f'(PyTorch) or ndarrays (MXNet).')
+            raise TypeError(error_message(
+                'allreduce sums arrays in place, one per device, but '
+                'data[{i}] is a {type} ({x!r}): pass tensors (PyTorch) or '
+                'ndarrays (MXNet).', i=i, type=type(x).__name__, x=x))
     shapes = [tuple(x.shape) for x in data]
     if len(set(shapes)) > 1:
-        raise ValueError(f'allreduce needs arrays of one shape to sum them '
-                         f'elementwise, got shapes {shapes}. Reduce the '
-                         f'same parameter (or gradient) from every device.')
+        raise ValueError(error_message(
+            'allreduce needs arrays of one shape to sum them elementwise, '
+            'got shapes {shapes}. Reduce the same parameter (or gradient) '
+            'from every device.', shapes=shapes))
     dtypes = [str(x.dtype) for x in data]
     if len(set(dtypes)) > 1:
-        raise TypeError(f'allreduce needs arrays of one dtype, got '
-                        f'{dtypes}. Cast them to the same dtype first.')
+        raise TypeError(error_message(
+            'allreduce needs arrays of one dtype, got {dtypes}. Cast them to '
+            'the same dtype first.', dtypes=dtypes))
     on_device = {}
     for i, x in enumerate(data):
         device = None if device_of is None else str(device_of(x))
@@ -191,10 +206,10 @@ def check_allreduce(data, memory_of=id, device_of=None):
         for i in indices if len(indices) > 1 else ():
             key = memory_of(data[i])
             if key in seen:
-                raise ValueError(f'data[{seen[key]}] and data[{i}] share '
-                                 f'memory, so summing in place would count '
-                                 f'it twice. Give each device its own copy '
-                                 f'(get_params makes one).')
+                raise ValueError(error_message(
+                    'data[{j}] and data[{i}] share memory, so summing in '
+                    'place would count it twice. Give each device its own '
+                    'copy (get_params makes one).', j=seen[key], i=i))
             seen[key] = i
 
 
@@ -263,14 +278,17 @@ class Benchmark:
     records = []
 
     def __init__(self, description='Done', devices=None):
-        self.description = description
+        # The default description is a word of the lesson's language
+        self.description = _(description) if description == 'Done' \
+            else description
         self.devices = None if devices is None else check_devices(devices)
         self.seconds = None
 
     @staticmethod
     def _synchronize(devices):
-        raise NotImplementedError('use the Benchmark of d2lpar.torch or '
-                                  'd2lpar.mxnet to synchronise devices')
+        raise NotImplementedError(error_message(
+            'use the Benchmark of d2lpar.torch or d2lpar.mxnet to '
+            'synchronise devices'))
 
     def __enter__(self):
         if self.devices:
@@ -284,7 +302,8 @@ class Benchmark:
         self.seconds = time.perf_counter() - self._start
         if exc_info[0] is None:
             Benchmark.records.append((self.description, self.seconds))
-            print(f'{self.description}: {self.seconds:.4f} sec')
+            print(_('{description}: {seconds:.4f} sec').format(
+                description=self.description, seconds=self.seconds))
 
     @classmethod
     def last(cls, description):
@@ -292,8 +311,9 @@ class Benchmark:
         for name, seconds in reversed(cls.records):
             if name == description:
                 return seconds
-        raise KeyError(f'Nothing was measured as {description!r} yet: run '
-                       f'the cell that times it first.')
+        raise KeyError(error_message(
+            'Nothing was measured as {description!r} yet: run the cell '
+            'that times it first.', description=description))
 
 
 def plot_timings(descriptions, sum_of=(), title=None, ax=None):
@@ -309,7 +329,7 @@ def plot_timings(descriptions, sum_of=(), title=None, ax=None):
     if sum_of:
         times[' + '.join(sum_of)] = sum(Benchmark.last(d) for d in sum_of)
     if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 0.45 * len(times) + 0.8))
+        ax = plt.subplots(figsize=(5.5, 0.45 * len(times) + 0.8))[1]
     labels = list(times)[::-1]
     bars = ax.barh(labels, [times[n] for n in labels], color='tab:blue')
     if sum_of:
@@ -317,8 +337,9 @@ def plot_timings(descriptions, sum_of=(), title=None, ax=None):
         bars[0].set_hatch('//')
     for bar, name in zip(bars, labels):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
-                f' {times[name]:.3f}', va='center', fontsize=8)
-    ax.set_xlabel('seconds')
+                ' ' + number(times[name], '.3f'),
+                va='center', fontsize=8)
+    ax.set_xlabel(_('seconds'))
     ax.set_xlim(0, 1.2 * max(times.values()))
     if title:
         ax.set_title(title)
@@ -364,14 +385,16 @@ class Animator:
         for xs, ys, fmt in zip(self.X, self.Y, self.fmts):
             ax.plot(xs, ys, fmt)
         xlabel, ylabel, legend, xlim, ylim, xscale, yscale = self.labels
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
+        # Labels that d2lpar's catalog knows ('epoch', 'test acc', ...)
+        # appear in the lesson's language
+        ax.set_xlabel(None if xlabel is None else _(xlabel))
+        ax.set_ylabel(None if ylabel is None else _(ylabel))
         ax.set_xscale(xscale)
         ax.set_yscale(yscale)
         ax.set_xlim(xlim)
         ax.set_ylim(ylim)
         if legend:
-            ax.legend(legend)
+            ax.legend([_(label) for label in legend])
         ax.grid()
         from IPython import display
         if self.handle is None:
@@ -395,8 +418,10 @@ class TrainResult:
         return self.num_examples / self.sec_per_epoch
 
     def __str__(self):
-        return (f'test acc: {self.test_acc:.2f}, {self.sec_per_epoch:.1f} '
-                f'sec/epoch on {self.devices}')
+        return _('test acc: {test_acc:.2f}, {sec_per_epoch:.1f} sec/epoch '
+                 'on {devices}').format(test_acc=self.test_acc,
+                                        sec_per_epoch=self.sec_per_epoch,
+                                        devices=self.devices)
 
 
 def parameter_drift_with(load, try_devices, get_params, train_batch,
@@ -408,11 +433,12 @@ def parameter_drift_with(load, try_devices, get_params, train_batch,
     step."""
     if (isinstance(num_steps, bool) or not isinstance(num_steps, int)
             or num_steps < 1):
-        raise ValueError(f'num_steps must be an int >= 1, got '
-                         f'{num_steps!r}.')
+        raise ValueError(error_message(
+            'num_steps must be an int >= 1, got {num_steps!r}.',
+            num_steps=num_steps))
     check_lr(lr)
     # The same loader as `train`: the same minibatches in the same order
-    train_iter, _ = load(batch_size, num_train, num_test)
+    train_iter = load(batch_size, num_train, num_test)[0]
     runs = []
     for k in (1, 2):
         devices = try_devices(k)
@@ -436,18 +462,20 @@ def check_lr(lr):
     """`lr`, or a ValueError when it is not a finite number above 0."""
     if (isinstance(lr, bool) or not isinstance(lr, numbers.Real)
             or not math.isfinite(lr) or lr <= 0):
-        raise ValueError(f'The learning rate must be a finite number above '
-                         f'0, got {lr!r}: try 0.1.')
+        raise ValueError(error_message(
+            'The learning rate must be a finite number above 0, got '
+            '{lr!r}: try 0.1.', lr=lr))
     return lr
 
 
 def diverged(epoch, lr):
     """The error for parameters that became NaN or infinite in `epoch`."""
     check_lr(lr)
-    return FloatingPointError(
-        f'Training diverged in epoch {epoch + 1}: the parameters hold NaN '
-        f'or infinite values. The learning rate {lr} is too large for this '
-        f'model and data: try a smaller one, e.g. {lr / 10:g}.')
+    return FloatingPointError(error_message(
+        'Training diverged in epoch {epoch}: the parameters hold NaN or '
+        'infinite values. The learning rate {lr} is too large for this '
+        'model and data: try a smaller one, e.g. {smaller}.',
+        epoch=epoch + 1, lr=str(lr), smaller=f'{lr / 10:g}'))
 
 
 def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs,
@@ -457,22 +485,28 @@ def check_concise(batch_size, devices, num_train, num_epochs, warmup_epochs,
     check_lr(lr)
     k = len(devices)
     if not isinstance(batch_size, numbers.Integral):
-        raise ValueError(f'batch_size must be an integer, got '
-                         f'{batch_size!r}.')
+        raise ValueError(error_message(
+            'batch_size must be an integer, got {batch_size!r}.',
+            batch_size=batch_size))
     if batch_size < k or batch_size % k:
-        raise ValueError(f'batch_size {batch_size!r} cannot be cut into {k} '
-                         f'equal shards, one per device: pass a multiple of '
-                         f'{k} (e.g. {k * 64}).')
+        raise ValueError(error_message(
+            'batch_size {batch_size!r} cannot be cut into {k} equal shards, '
+            'one per device: pass a multiple of {k} (e.g. {example}).',
+            batch_size=batch_size, k=k, example=k * 64))
     if num_train is not None and num_train < batch_size:
-        raise ValueError(f'num_train={num_train} examples make no batch of '
-                         f'{batch_size}: use more examples or a smaller '
-                         f'batch.')
+        raise ValueError(error_message(
+            'num_train={num_train!s} examples make no batch of '
+            '{batch_size}: use more examples or a smaller batch.',
+            num_train=num_train, batch_size=batch_size))
     if not isinstance(num_epochs, numbers.Integral) or num_epochs < 1:
-        raise ValueError(f'num_epochs must be an integer >= 1, got '
-                         f'{num_epochs!r}.')
+        raise ValueError(error_message(
+            'num_epochs must be an integer >= 1, got {num_epochs!r}.',
+            num_epochs=num_epochs))
     if not 0 <= warmup_epochs <= num_epochs:
-        raise ValueError(f'warmup_epochs must lie between 0 and num_epochs '
-                         f'({num_epochs}), got {warmup_epochs!r}.')
+        raise ValueError(error_message(
+            'warmup_epochs must lie between 0 and num_epochs '
+            '({num_epochs}), got {warmup_epochs!r}.',
+            num_epochs=num_epochs, warmup_epochs=warmup_epochs))
     return devices
 
 
@@ -485,7 +519,7 @@ def run_concise(devices, batch_size, num_epochs, num_train, num_test, plot,
     # Load the data here first: its notice comes before the training, and
     # the processes of a multi-device run find it in the cache
     n = len(fashion_mnist_arrays(num_train, num_test)[1])
-    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
+    animator = Animator(N_('epoch'), N_('test acc'), xlim=[1, num_epochs],
                         ylim=[0, 1]) if plot else None
     accs, seconds = [], []
 
@@ -537,17 +571,19 @@ def choose_gpu(num_gpus, local_rank, local_processes):
     (one backend for all). So with fewer GPUs than processes, every process
     trains on the CPU; with enough, process i takes GPU i."""
     if not 0 <= local_rank < local_processes:
-        raise ValueError(f'local rank {local_rank} is not one of the '
-                         f'{local_processes} processes of this machine.')
+        raise ValueError(error_message(
+            'local rank {local_rank} is not one of the {n} processes of '
+            'this machine.', local_rank=local_rank, n=local_processes))
     if num_gpus >= local_processes:
         return local_rank, None
     if num_gpus == 0:
         return None, None  # the CPU, as expected: nothing to explain
-    return None, (f'{local_processes} processes but only {num_gpus} GPU(s) '
-                  f'on this machine: all processes train on the CPU, since '
-                  f'each one needs a GPU of its own (with PyTorch, NCCL '
-                  f'cannot share one between processes). Start at most '
-                  f'{num_gpus} process(es) to train on the GPU(s).')
+    return None, _(
+        '{n} processes but only {num_gpus} GPU(s) on this machine: all '
+        'processes train on the CPU, since each one needs a GPU of its own '
+        '(with PyTorch, NCCL cannot share one between processes). Start at '
+        'most {num_gpus} process(es) to train on the GPU(s).').format(
+            n=local_processes, num_gpus=num_gpus)
 
 
 # --------------------------------------------------------------------------
@@ -585,8 +621,10 @@ def data_dir():
         try:
             os.makedirs(chosen, exist_ok=True)
         except OSError as e:
-            raise DataError(f'D2LPAR_DATA={chosen} cannot be created ({e}): '
-                            f'point it to a folder you can write to.') from e
+            raise DataError(error_message(
+                'D2LPAR_DATA={chosen} cannot be created ({error}): point it '
+                'to a folder you can write to.', chosen=chosen,
+                error=e)) from e
         return os.path.abspath(chosen)
     candidates = [None, os.path.join('..', 'data'),
                   os.path.join(os.environ.get('XDG_CACHE_HOME')
@@ -600,8 +638,9 @@ def data_dir():
             continue
         if os.access(d, os.W_OK):
             return os.path.abspath(d)
-    raise DataError(f'No writable data directory among {candidates[1:]}: '
-                    f'set D2LPAR_DATA to a folder you can write to.')
+    raise DataError(error_message(
+        'No writable data directory among {candidates}: set D2LPAR_DATA to '
+        'a folder you can write to.', candidates=candidates[1:]))
 
 
 def training_arguments(description, who):
@@ -610,24 +649,27 @@ def training_arguments(description, who):
     own and calls ``parse_args``."""
     import argparse
     p = argparse.ArgumentParser(description=description)
-    p.add_argument('--out', required=True, help='folder for the results')
+    p.add_argument('--out', required=True, help=_('folder for the results'))
     p.add_argument('--epochs', type=int, default=2)
     p.add_argument('--batch-size', type=int, default=256,
-                   help=f'global batch, over all {who}')
+                   help=_('global batch, over all processes')
+                   if who == 'processes' else
+                   _('global batch, over all workers'))
     p.add_argument('--lr', type=float, default=0.2,
-                   help='learning rate of the first step; it decays to 0 '
-                   'by the last step (cosine)')
+                   help=_('learning rate of the first step; it decays to 0 '
+                          'by the last step (cosine)'))
     p.add_argument('--num-train', type=int, default=None)
     p.add_argument('--num-test', type=int, default=None)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--cpu', action='store_true',
-                   help='train on the CPU even when there are GPUs')
+                   help=_('train on the CPU even when there are GPUs'))
     p.add_argument('--crash-at-step', type=int, default=None,
-                   help='to test failure handling: --crash-rank fails here')
+                   help=_('to test failure handling: --crash-rank fails '
+                          'here'))
     p.add_argument('--crash-rank', type=int, default=0)
     p.add_argument('--leave-a-child', action='store_true',
-                   help='to test the cleanup: every process starts a '
-                   'process that outlives it')
+                   help=_('to test the cleanup: every process starts a '
+                          'process that outlives it'))
     return p
 
 
@@ -644,8 +686,9 @@ def shards_of_epoch(args, num_examples, rank, world, epoch, step):
                             seed=(args.seed, epoch)):
         step += 1
         if step == args.crash_at_step and rank == args.crash_rank:
-            raise RuntimeError(f'rank {rank} crashes at step {step}, as '
-                               f'asked by --crash-at-step')
+            raise RuntimeError(error_message(
+                'rank {rank} crashes at step {step}, as asked by '
+                '--crash-at-step', rank=rank, step=step))
         yield step, idx
 
 
@@ -659,6 +702,7 @@ def leave_a_child(out, rank):
         [sys.executable, '-c', 'import time; time.sleep(600)', out],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True)
+    # Not translated: the tests read this line
     print(f'd2lpar: rank {rank} left process {child.pid} behind', flush=True)
 
 
@@ -702,9 +746,10 @@ def download(url, path, md5, timeout=DOWNLOAD_TIMEOUT):
                     out.write(block)
             got = md5sum(tmp)
             if got != md5:
-                raise DataError(f'{url} arrived with MD5 {got}, expected '
-                                f'{md5}: the download is damaged or the '
-                                f'mirror holds another file.')
+                raise DataError(error_message(
+                    '{url} arrived with MD5 {got}, expected {md5}: the '
+                    'download is damaged or the mirror holds another file.',
+                    url=url, got=got, md5=md5))
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
@@ -718,22 +763,26 @@ def read_idx(path):
         with gzip.open(path, 'rb') as f:
             raw = f.read()
     except (OSError, EOFError) as e:
-        raise DataError(f'{path} is not a readable gzip file ({e}). Delete '
-                        f'it and run again to fetch a fresh copy.') from e
+        raise DataError(error_message(
+            '{path} is not a readable gzip file ({error}). Delete it and '
+            'run again to fetch a fresh copy.', path=path, error=e)) from e
     if len(raw) < 4 or raw[:2] != b'\x00\x00' or raw[2] != 8:
-        raise DataError(f'{path} is not an IDX file of bytes (bad magic '
-                        f'number). Delete it and run again.')
+        raise DataError(error_message(
+            '{path} is not an IDX file of bytes (bad magic number). Delete '
+            'it and run again.', path=path))
     ndim = raw[3]
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise DataError(f'{path} is truncated (header). Delete it and run '
-                        f'again.')
+        raise DataError(error_message(
+            '{path} is truncated (header). Delete it and run again.',
+            path=path))
     shape = struct.unpack(f'>{ndim}I', raw[4:header])
     size = int(np.prod(shape))
     if len(raw) - header != size:
-        raise DataError(f'{path} holds {len(raw) - header} bytes of data, '
-                        f'its header promises {size}: the file is '
-                        f'truncated or corrupt. Delete it and run again.')
+        raise DataError(error_message(
+            '{path} holds {got} bytes of data, its header promises {size}: '
+            'the file is truncated or corrupt. Delete it and run again.',
+            path=path, got=len(raw) - header, size=size))
     return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
 
 
@@ -755,9 +804,8 @@ def fetch_fashion_mnist(split, root=None):
         cached = os.path.exists(path)
         if cached and md5sum(path) == md5:
             continue
-        problem = 'is corrupt or truncated' if cached else 'is missing'
         if _offline or os.environ.get('D2LPAR_OFFLINE'):
-            error = 'offline'
+            error = Message('offline')
         else:
             try:
                 download(base + name, path, md5)
@@ -767,15 +815,18 @@ def fetch_fashion_mnist(split, root=None):
                 error = e
                 if isinstance(e, DataError) and not cached:
                     say_once(str(e))  # not "offline?": a damaged file
-        if cached:
-            raise DataError(f'{path} {problem} (checksum mismatch) and '
-                            f'could not be fetched again ({error}). Delete '
-                            f'it, or copy a good one there, and run again.')
+        if cached:  # (only a file that is there can fail its checksum)
+            raise DataError(error_message(
+                '{path} is corrupt or truncated (checksum mismatch) and '
+                'could not be fetched again ({error}). Delete it, or copy a '
+                'good one there, and run again.', path=path, error=error))
         return None
     images, labels = (read_idx(p) for p in paths)
     if len(images) != len(labels):
-        raise DataError(f'{paths[0]} has {len(images)} images but '
-                        f'{paths[1]} has {len(labels)} labels.')
+        raise DataError(error_message(
+            '{images_path} has {images} images but {labels_path} has '
+            '{labels} labels.', images_path=paths[0], images=len(images),
+            labels_path=paths[1], labels=len(labels)))
     return images, labels.astype(np.int64)
 
 
@@ -823,8 +874,9 @@ class DataIter:
     def __init__(self, X, y, batch_size, shuffle, convert, drop_last=False,
                  seed=0):
         if batch_size < 1:
-            raise ValueError(f'batch_size must be at least 1, got '
-                             f'{batch_size}.')
+            raise ValueError(error_message(
+                'batch_size must be at least 1, got {batch_size!s}.',
+                batch_size=batch_size))
         self.X, self.y, self.batch_size = X, y, batch_size
         self.shuffle, self.convert = shuffle, convert
         self.drop_last = drop_last
@@ -837,11 +889,11 @@ class DataIter:
     def __iter__(self):
         n = len(self.y)
         if self.drop_last and n < self.batch_size:
-            raise ValueError(f'{n} training examples do not fill one '
-                             f'minibatch of {self.batch_size}, so training '
-                             f'would take no step: keep at least '
-                             f'{self.batch_size} examples (num_train) or use '
-                             f'a smaller batch_size.')
+            raise ValueError(error_message(
+                '{n} training examples do not fill one minibatch of '
+                '{batch_size}, so training would take no step: keep at '
+                'least {batch_size} examples (num_train) or use a smaller '
+                'batch_size.', n=n, batch_size=self.batch_size))
         order = self.rng.permutation(n) if self.shuffle else np.arange(n)
         for i in range(len(self)):
             idx = order[i * self.batch_size:(i + 1) * self.batch_size]
@@ -857,11 +909,11 @@ def fashion_mnist_arrays(num_train=None, num_test=None):
     train = fetch_fashion_mnist('train')
     test = fetch_fashion_mnist('test') if train is not None else None
     if train is None or test is None:
-        source = 'the stand-in data set'
-        say_once('Fashion-MNIST is not in the cache and cannot be downloaded '
-                 '(offline?): using a synthetic stand-in with 10 classes of '
-                 '28x28 images, made by d2lpar. Accuracies differ from the '
-                 "book's.")
+        source = N_('the stand-in data set')
+        say_once(_('Fashion-MNIST is not in the cache and cannot be '
+                   'downloaded (offline?): using a synthetic stand-in with '
+                   '10 classes of 28x28 images, made by d2lpar. Accuracies '
+                   "differ from the book's."))
         n_tr, n_te = num_train or 60000, num_test or 10000
         train = stand_in_fashion_mnist(n_tr, seed=0)
         test = stand_in_fashion_mnist(n_te, seed=1)
@@ -872,8 +924,9 @@ def fashion_mnist_arrays(num_train=None, num_test=None):
         n = len(y) if n is None else min(n, len(y))
         arrays.append((X[:n, None].astype(np.float32) / 255, y[:n]))
     (X_tr, y_tr), (X_te, y_te) = arrays
-    say_once(f'Data: {source}, {len(y_tr)} training and {len(y_te)} test '
-             f'images.')
+    say_once(_('Data: {source}, {train} training and {test} test '
+               'images.').format(source=_(source), train=len(y_tr),
+                                 test=len(y_te)))
     return X_tr, y_tr, X_te, y_te, source
 
 
@@ -899,6 +952,19 @@ class Event:
 
 KIND_COLORS = {'compute': 'tab:blue', 'copy': 'tab:orange',
                'other': 'tab:gray'}
+# What the legends call each kind (translated when drawn)
+KIND_LABELS = {'compute': N_('compute'), 'copy': N_('copy'),
+               'other': N_('other'), 'communication': N_('communication')}
+
+
+def row_label(row):
+    """The name of a timeline row ('main thread', 'CPU thread 1', 'cpu:0
+    copy', 'cuda:0', ...) in the lesson's language."""
+    if row.startswith('CPU thread ') and row[11:].isdigit():
+        return _('CPU thread {n}').format(n=int(row[11:]))
+    if row.endswith(' copy'):
+        return _('{device} copy').format(device=row[:-5])
+    return _(row)  # 'main thread'; a device's name stays as it is
 
 
 class Timeline:
@@ -909,7 +975,7 @@ class Timeline:
     device). `watch(arrays, label, kind)` names results for backends that
     need it and returns them unchanged.
     """
-    source = 'nothing'
+    source = N_('nothing')  # what recorded the events, for the title
 
     def __init__(self):
         self.events = []
@@ -932,7 +998,7 @@ class Timeline:
         from matplotlib.patches import Patch
         rows = self.rows()
         if ax is None:
-            _, ax = plt.subplots(figsize=(6.5, 0.5 * len(rows) + 1.1))
+            ax = plt.subplots(figsize=(6.5, 0.5 * len(rows) + 1.1))[1]
         lanes = {}  # (row, kind) -> (bottom, height) of its bars
         for y, row in enumerate(rows):
             kinds = [k for k in KIND_COLORS if any(
@@ -952,14 +1018,16 @@ class Timeline:
                 ax.text(1e3 * (e.start + e.end) / 2, bottom + height / 2,
                         e.name, ha='center', va='center', fontsize=7,
                         color='white', clip_on=True)
-        ax.set_yticks(range(len(rows)), rows)
+        ax.set_yticks(range(len(rows)), [row_label(r) for r in rows])
         ax.invert_yaxis()
-        ax.set_xlabel('milliseconds')
+        ax.set_xlabel(_('milliseconds'))
         kinds = sorted({e.kind for e in self.events})
-        ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k)
+        ax.legend(handles=[Patch(color=KIND_COLORS[k],
+                                 label=_(KIND_LABELS.get(k, k)))
                            for k in kinds], fontsize=8, frameon=False,
                   loc='lower left', bbox_to_anchor=(1.0, 0.0))
-        ax.set_title(title or f'recorded with {self.source}', fontsize=10)
+        ax.set_title(title or _('recorded with {source}').format(
+            source=_(self.source)), fontsize=10)
         plt.tight_layout()
         plt.show()
         return ax
@@ -1032,16 +1100,17 @@ def plot_scaling(results, title=None):
     results = sorted(results, key=lambda r: len(r.devices))
     ks = [len(r.devices) for r in results]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 2.6))
-    ax1.plot(ks, [r.sec_per_epoch for r in results], 'o-', label='measured')
+    ax1.plot(ks, [r.sec_per_epoch for r in results], 'o-',
+             label=_('measured'))
     base = results[0].sec_per_epoch * ks[0]
-    ax1.plot(ks, [base / k for k in ks], 'k--', label='ideal (t1 / k)')
-    ax1.set_xlabel('devices')
-    ax1.set_ylabel('seconds per epoch')
+    ax1.plot(ks, [base / k for k in ks], 'k--', label=_('ideal (t1 / k)'))
+    ax1.set_xlabel(_('devices'))
+    ax1.set_ylabel(_('seconds per epoch'))
     ax1.set_ylim(bottom=0)
     ax1.legend(fontsize=8)
     ax2.plot(ks, [r.test_acc for r in results], 'o-', color='tab:green')
-    ax2.set_xlabel('devices')
-    ax2.set_ylabel('test accuracy')
+    ax2.set_xlabel(_('devices'))
+    ax2.set_ylabel(_('test accuracy'))
     ax2.set_ylim(0, 1)
     for ax in (ax1, ax2):
         ax.set_xticks(ks)
@@ -1117,16 +1186,17 @@ def plot_allreduce(rows, copy_bandwidth=None, link=None, title=None):
                       if r['devices'] == k)
         if on_gpus and link is not None:
             ax.loglog(xs, [allreduce_time(x, k, link) for x in xs], 'k--',
-                      label=f'ring model, {_cost.as_link(link).label}')
+                      label=_('ring model, {link}').format(
+                          link=_cost.as_link(link).label))
         elif not on_gpus and copy_bandwidth:
             ax.loglog(xs, [2 * k * x / copy_bandwidth for x in xs], 'k--',
-                      label=f'CPU memory: 2kN bytes at '
-                      f'{copy_bandwidth / 1e9:.3g} GB/s')
-        ax.set_title(f'{k} GPUs' if on_gpus else f'{k} CPU stand-ins',
-                     fontsize=10)
-        ax.set_xlabel('bytes per device')
+                      label=_('CPU memory: 2kN bytes at {rate:.3g} GB/s')
+                      .format(rate=copy_bandwidth / 1e9))
+        ax.set_title((_('{k} GPUs') if on_gpus else _('{k} CPU stand-ins'))
+                     .format(k=k), fontsize=10)
+        ax.set_xlabel(_('bytes per device'))
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel('seconds')
+    axes[0][0].set_ylabel(_('seconds'))
     if title:
         fig.suptitle(title, fontsize=10)
     plt.tight_layout()
@@ -1146,9 +1216,9 @@ def plot_drift(drift, title=None):
     ax.semilogy(steps, [max(d, floor) for d in drift], 'o-', ms=3)
     # Up to 1, the size of a weight: a gap of 1e-6 must look small
     ax.set_ylim(min(floor, 1e-9), max(1.0, 2 * max(drift, default=0)))
-    ax.set_xlabel('step')
-    ax.set_ylabel('largest |difference|')
-    ax.set_title(title or 'parameters on 1 device vs on 2 devices',
+    ax.set_xlabel(_('step'))
+    ax.set_ylabel(_('largest |difference|'))
+    ax.set_title(title or _('parameters on 1 device vs on 2 devices'),
                  fontsize=10)
     plt.tight_layout()
     plt.show()

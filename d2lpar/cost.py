@@ -22,6 +22,7 @@ import shutil
 import subprocess
 
 from d2lpar import fonts
+from d2lpar.i18n import _, error_message
 
 Link = collections.namedtuple('Link', 'label alpha beta')
 Link.__doc__ = ('A link between devices: a label, the latency `alpha` in '
@@ -70,14 +71,15 @@ def as_link(link):
     if isinstance(link, Link):
         alpha, beta = link.alpha, link.beta
         if not (_real(alpha) and alpha >= 0 and _real(beta) and beta > 0):
-            raise ValueError(f'A Link needs alpha >= 0 (seconds) and beta > '
-                             f'0 (bytes per second), got {link!r}.')
+            raise ValueError(error_message(
+                'A Link needs alpha >= 0 (seconds) and beta > 0 (bytes per '
+                'second), got {link!r}.', link=link))
         return link
     if isinstance(link, str) and link in LINKS:
         return LINKS[link]
-    raise ValueError(f'Unknown link {link!r}: use one of '
-                     f'{", ".join(LINKS)}, or a d2l.Link(label, alpha, '
-                     f'beta).')
+    raise ValueError(error_message(
+        'Unknown link {link!r}: use one of {links}, or a d2l.Link(label, '
+        'alpha, beta).', link=link, links=', '.join(LINKS)))
 
 
 def _real(x):
@@ -93,22 +95,29 @@ def allreduce_time(n_bytes, k, link, algorithm='ring'):
     2(k-1) (alpha + n_bytes / beta). One device needs no communication: 0.
     """
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f'k, the number of devices, must be an int >= 1, '
-                         f'got {k!r}.')
+        raise ValueError(error_message(
+            'k, the number of devices, must be an int >= 1, got {k!r}.',
+            k=k))
     if not _real(n_bytes) or n_bytes < 0:
-        raise ValueError(f'n_bytes must be a finite number of bytes >= 0, '
-                         f'got {n_bytes!r}.')
+        raise ValueError(error_message(
+            'n_bytes must be a finite number of bytes >= 0, got '
+            '{n_bytes!r}.', n_bytes=n_bytes))
     link = as_link(link)
     if algorithm == 'ring':
         return 2 * (k - 1) * link.alpha + 2 * (k - 1) / k * n_bytes / link.beta
     if algorithm == 'naive':
         return 2 * (k - 1) * (link.alpha + n_bytes / link.beta)
-    raise ValueError(f'Unknown algorithm {algorithm!r}: use one of '
-                     f'{", ".join(repr(a) for a in ALGORITHMS)}.')
+    raise ValueError(error_message(
+        'Unknown algorithm {algorithm!r}: use one of {algorithms}.',
+        algorithm=algorithm,
+        algorithms=', '.join(repr(a) for a in ALGORITHMS)))
 
 
 def format_seconds(t):
-    """`t` seconds with three significant digits, in us, ms or s."""
+    """`t` seconds with three significant digits, in us, ms or s. Always
+    with a decimal point: a lesson prints it in its own tables, whose
+    other columns Python formats, and a checked output is the same in
+    every language."""
     if t < 0.9995e-3:
         return f'{t * 1e6:.3g} µs'
     if t < 0.9995:
@@ -189,8 +198,9 @@ def plot_cost_model(rows, k=None, links=None, title=None):
         k = max(r['devices'] for r in rows)
     mine = [r for r in rows if r['devices'] == k]
     if not mine:
-        raise ValueError(f'rows has no measurement on {k} devices; it has '
-                         f'{sorted({r["devices"] for r in rows})}.')
+        raise ValueError(error_message(
+            'rows has no measurement on {k!s} devices; it has {counts!s}.',
+            k=k, counts=sorted({r['devices'] for r in rows})))
     links = list(LINKS) if links is None else links
     low = min(r['bytes'] for r in mine)
     high = max(max(r['bytes'] for r in mine), 1 << 30)
@@ -204,11 +214,12 @@ def plot_cost_model(rows, k=None, links=None, title=None):
         points = [r for r in mine if r['algorithm'] == algo]
         ax.loglog([r['bytes'] for r in points],
                   [r['seconds'] for r in points], marker, color='black',
-                  label=f'measured here: {algo}')
-    ax.set_xlabel('bytes per device')
-    ax.set_ylabel('seconds')
-    ax.set_title(title or f'allreduce on {k} devices: ring model and this '
-                 f'machine', fontsize=10)
+                  label=_('measured here: {algorithm}').format(
+                      algorithm=algo))
+    ax.set_xlabel(_('bytes per device'))
+    ax.set_ylabel(_('seconds'))
+    ax.set_title(title or _('allreduce on {k} devices: ring model and this '
+                            'machine').format(k=k), fontsize=10)
     ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
     plt.tight_layout()
     plt.show()

@@ -61,6 +61,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from d2lpar import _common
 from d2lpar._common import write_json
+from d2lpar.i18n import _, error_message
 
 
 def lenet(seed):
@@ -168,16 +169,17 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     if 'RANK' not in os.environ:
-        raise SystemExit('Start this script with torchrun, e.g. torchrun '
-                         '--standalone --nproc-per-node 2 -m '
-                         'd2lpar.ddp_train --out OUT')
+        raise SystemExit(error_message(
+            'Start this script with torchrun, e.g. torchrun --standalone '
+            '--nproc-per-node 2 -m d2lpar.ddp_train --out OUT'))
     rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
     local_rank = int(os.environ['LOCAL_RANK'])
     local_world = int(os.environ['LOCAL_WORLD_SIZE'])  # on this machine
     B = args.batch_size
     if B % world:
-        raise ValueError(f'--batch-size {B} cannot be cut into {world} equal '
-                         f'shards: pass a multiple of {world}.')
+        raise ValueError(error_message(
+            '--batch-size {B} cannot be cut into {world} equal shards: pass '
+            'a multiple of {world}.', B=B, world=world))
     b = B // world  # this process's shard of every global batch
     gpu, notice = _common.choose_gpu(
         0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
@@ -195,8 +197,9 @@ def main(argv=None):
     X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
         args.num_train, args.num_test)
     if len(y_train) < B:
-        raise ValueError(f'{len(y_train)} training examples make no global '
-                         f'batch of {B}.')
+        raise ValueError(error_message(
+            '{n} training examples make no global batch of {B}.',
+            n=len(y_train), B=B))
     timer = CommTimer(cuda)
     if args.fsdp:  # each process keeps 1/world of every layer's tensors
         model = Sharded(lenet(args.seed).to(device))
@@ -240,8 +243,10 @@ def main(argv=None):
                              **{k: v.detach().cpu().numpy()
                                 for k, v in whole.items()})
         if rank == 0:
-            print(f'epoch {epoch + 1}: loss {loss.item():.3f} (rank 0 shard)'
-                  f', {time.perf_counter() - start:.1f} sec', flush=True)
+            print(_('epoch {epoch}: loss {loss:.3f} (rank 0 shard), '
+                    '{seconds:.1f} sec').format(
+                epoch=epoch + 1, loss=loss.item(),
+                seconds=time.perf_counter() - start), flush=True)
     compute, communication = timer.seconds()  # waits for the GPU
     total = time.perf_counter() - start
 
@@ -267,8 +272,10 @@ def main(argv=None):
                   'seconds_total': max(p['seconds_total'] for p in everyone),
                   'processes': everyone}
         write_json(os.path.join(args.out, 'result.json'), result)
-        print(f'test acc {mine["test_acc"]:.3f} with {world} processes '
-              f'({backend}), {total:.1f} sec', flush=True)
+        print(_('test acc {test_acc:.3f} with {world} processes '
+                '({backend}), {seconds:.1f} sec').format(
+            test_acc=mine['test_acc'], world=world, backend=backend,
+            seconds=total), flush=True)
     write_json(os.path.join(args.out, f'rank{rank}.json'), mine)
     dist.destroy_process_group()
 

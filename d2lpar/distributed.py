@@ -33,6 +33,8 @@ import numpy as np
 
 from d2lpar import _common
 from d2lpar import fonts
+from d2lpar.i18n import (
+    Bilingual, Message, N_, _, display_width, error_message, number, pad)
 
 HOST = '127.0.0.1'
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,19 +57,21 @@ def free_port(host=HOST):
 def check_port(port, host=HOST):
     """Return `port` if it can be bound on `host`, else a RuntimeError."""
     if not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(f'A port is an int from 1 to 65535, got {port!r}.')
+        raise ValueError(error_message(
+            'A port is an int from 1 to 65535, got {port!r}.', port=port))
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                raise RuntimeError(
-                    f'port {port} on {host} is already in use (another '
-                    f'training run?): pass another port or stop that '
-                    f'process.') from None
-            raise RuntimeError(f'port {port} on {host} cannot be used '
-                               f'({e}): pass another port.') from None
+                raise RuntimeError(error_message(
+                    'port {port} on {host} is already in use (another '
+                    'training run?): pass another port or stop that '
+                    'process.', port=port, host=host)) from None
+            raise RuntimeError(error_message(
+                'port {port} on {host} cannot be used ({error}): pass '
+                'another port.', port=port, host=host, error=e)) from None
     return port
 
 
@@ -200,9 +204,12 @@ class DistributedResult(_common.TrainResult):
 
     def __str__(self):
         devices = ', '.join(sorted({p['device'] for p in self.processes}))
-        return (f'test acc: {self.test_acc:.2f}, {self.sec_per_epoch:.1f} '
-                f'sec/epoch with {self.num_workers} processes '
-                f'({self.framework}, {self.backend}, {devices})')
+        return _('test acc: {test_acc:.2f}, {sec_per_epoch:.1f} sec/epoch '
+                 'with {n} processes ({framework}, {backend}, '
+                 '{devices})').format(
+            test_acc=self.test_acc, sec_per_epoch=self.sec_per_epoch,
+            n=self.num_workers, framework=self.framework,
+            backend=self.backend, devices=devices)
 
 
 def _collect(framework, out_dir, prefix, num_workers):
@@ -224,10 +231,12 @@ def _collect(framework, out_dir, prefix, num_workers):
 
 def _prepare(out_dir, num_workers, timeout):
     if not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f'num_workers must be an int >= 1, got '
-                         f'{num_workers!r}.')
+        raise ValueError(error_message(
+            'num_workers must be an int >= 1, got {num_workers!r}.',
+            num_workers=num_workers))
     if timeout <= 0:
-        raise ValueError(f'timeout must be positive, got {timeout!r}.')
+        raise ValueError(error_message(
+            'timeout must be positive, got {timeout!r}.', timeout=timeout))
     out_dir = os.path.abspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     for name in os.listdir(out_dir):  # no stale results from a former run
@@ -244,8 +253,9 @@ def _device_options(framework, num_gpus, num_workers, use_gpus=None):
     False: the CPU; True: GPUs, a ValueError when there are too few.
     `num_gpus` None: ask `framework` how many GPUs it sees."""
     if use_gpus not in (None, True, False):
-        raise ValueError(f'use_gpus is None, True or False, got '
-                         f'{use_gpus!r}.')
+        raise ValueError(error_message(
+            'use_gpus is None, True or False, got {use_gpus!r}.',
+            use_gpus=use_gpus))
     if num_gpus is None:
         if framework == 'torch':
             import torch
@@ -255,14 +265,14 @@ def _device_options(framework, num_gpus, num_workers, use_gpus=None):
             num_gpus = mxnet.context.num_gpus()
     gpu, notice = _common.choose_gpu(num_gpus, 0, num_workers)
     if use_gpus and gpu is None:
-        raise ValueError(f'use_gpus=True needs a GPU for each of the '
-                         f'{num_workers} processes; this machine has '
-                         f'{num_gpus}.')
+        raise ValueError(error_message(
+            'use_gpus=True needs a GPU for each of the {n} processes; this '
+            'machine has {num_gpus}.', n=num_workers, num_gpus=num_gpus))
     if use_gpus is False and gpu is not None:
-        gpu, notice = None, (
-            f'{num_workers} process(es) on the CPU, as asked '
-            f'(use_gpus=False), although this machine has {num_gpus} '
-            f'GPU(s).')
+        gpu, notice = None, _(
+            '{n} process(es) on the CPU, as asked (use_gpus=False), '
+            'although this machine has {num_gpus} GPU(s).').format(
+                n=num_workers, num_gpus=num_gpus)
     if notice:
         print(notice)
     return ['--cpu'] if gpu is None else []
@@ -295,7 +305,13 @@ def _torch_failure(log):
     code = re.search(r'exitcode\s*:\s*(-?\d+)', cause)
     lines = [ln.strip() for ln in cause.partition('\n===')[0].splitlines()
              if ln.strip()]
-    return int(rank[1]), code[1] if code else '?', lines[-1] if lines else ''
+    error = lines[-1] if lines else ''
+    if error.startswith('(en) ') and len(lines) > 1:
+        # An error of d2lpar in another language: its last two lines are
+        # 'SomeError: <translated>' and '(en) <English>'
+        kind = re.match(r'[\w.]+: ', lines[-2])
+        error = Bilingual(lines[-2], (kind[0] if kind else '') + error[5:])
+    return int(rank[1]), code[1] if code else '?', error
 
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,
@@ -322,20 +338,21 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             run.stop()
-            raise RuntimeError(
-                f'PyTorch training with {num_workers} processes did not '
-                f'finish within {timeout} s: stopped all its processes. '
-                f'End of {run.logs["torchrun"]}:\n'
-                f'{run.tail("torchrun")}') from None
+            raise RuntimeError(error_message(
+                'PyTorch training with {n} processes did not finish within '
+                '{timeout} s: stopped all its processes. End of {log}:',
+                n=num_workers, timeout=timeout, log=run.logs['torchrun'])
+                + '\n' + run.tail('torchrun')) from None
         if code != 0:
             failure = _torch_failure(run.logs['torchrun'])
-            what = (f'rank {failure[0]} failed (exit code {failure[1]}): '
-                    f'{failure[2]}' if failure else
-                    f'torchrun exited with code {code}')
-            raise RuntimeError(
-                f'PyTorch training with {num_workers} processes failed: '
-                f'{what}. Stopped all its processes. End of '
-                f'{run.logs["torchrun"]}:\n{run.tail("torchrun")}')
+            what = (Message('rank {rank} failed (exit code {code}): {error}',
+                            rank=failure[0], code=failure[1],
+                            error=failure[2]) if failure else
+                    Message('torchrun exited with code {code}', code=code))
+            raise RuntimeError(error_message(
+                'PyTorch training with {n} processes failed: {what}. Stopped '
+                'all its processes. End of {log}:', n=num_workers, what=what,
+                log=run.logs['torchrun']) + '\n' + run.tail('torchrun'))
     return _collect('torch', out_dir, 'rank', num_workers)
 
 
@@ -343,6 +360,7 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
 # MXNet: scheduler, server and workers of d2lpar.kvstore_train
 # --------------------------------------------------------------------------
 def _worker_rank(run, name):
+    # kvstore_train writes this line in English, whatever the language
     try:
         with open(run.logs[name], errors='replace') as f:
             found = re.search(r'd2lpar: worker rank (\d+) of', f.read())
@@ -355,10 +373,16 @@ def _exit_status(proc):
     """'code 1', or 'signal SIGKILL' for a process killed by a signal."""
     if proc.returncode < 0:
         try:
-            return f'signal {signal.Signals(-proc.returncode).name}'
+            return Message('signal {name}',
+                           name=signal.Signals(-proc.returncode).name)
         except ValueError:
             pass
-    return f'code {proc.returncode}'
+    return Message('code {code}', code=proc.returncode)
+
+
+# The processes of the parameter server, as an error names them
+# TRANSLATORS: "the {role} exited with code 1": the scheduler, the server
+ROLES = {'scheduler': N_('scheduler'), 'server': N_('server')}
 
 
 def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
@@ -395,31 +419,35 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
             for name, p in workers.items():
                 if p.poll():  # exited, and not with 0
                     rank = _worker_rank(run, name)
-                    who = (f'worker rank {rank}' if rank is not None else
-                           f'{name} (rank not known yet)')
-                    raise RuntimeError(
-                        f'MXNet training with {num_workers} workers failed: '
-                        f'{who} exited with code {p.returncode}. Stopped '
-                        f'all its processes (scheduler and server too). '
-                        f'End of {run.logs[name]}:\n{run.tail(name)}')
+                    who = (Message('worker rank {rank}', rank=rank)
+                           if rank is not None else
+                           Message('{name} (rank not known yet)', name=name))
+                    raise RuntimeError(error_message(
+                        'MXNet training with {n} workers failed: {who} '
+                        'exited with code {code}. Stopped all its processes '
+                        '(scheduler and server too). End of {log}:',
+                        n=num_workers, who=who, code=p.returncode,
+                        log=run.logs[name]) + '\n' + run.tail(name))
             for role, p in helpers.items():
                 if p.poll():  # exited, and not with 0
-                    raise RuntimeError(
-                        f'MXNet training with {num_workers} workers failed: '
-                        f'the {role} exited with {_exit_status(p)} before '
-                        f'the workers were done. Stopped all its processes '
-                        f'(the workers would wait for it forever); see its '
-                        f'log, then run the training again. End of '
-                        f'{run.logs[role]}:\n{run.tail(role)}')
+                    raise RuntimeError(error_message(
+                        'MXNet training with {n} workers failed: the {role} '
+                        'exited with {status} before the workers were done. '
+                        'Stopped all its processes (the workers would wait '
+                        'for it forever); see its log, then run the '
+                        'training again. End of {log}:', n=num_workers,
+                        role=Message(ROLES[role]), status=_exit_status(p),
+                        log=run.logs[role]) + '\n' + run.tail(role))
             if all(p.poll() == 0 for p in workers.values()):
                 break
             if time.monotonic() > deadline:
                 waiting = [n for n, p in workers.items() if p.poll() is None]
-                raise RuntimeError(
-                    f'MXNet training with {num_workers} workers did not '
-                    f'finish within {timeout} s (still running: '
-                    f'{", ".join(waiting)}): stopped all its processes. '
-                    f'End of {run.logs[waiting[0]]}:\n{run.tail(waiting[0])}')
+                raise RuntimeError(error_message(
+                    'MXNet training with {n} workers did not finish within '
+                    '{timeout} s (still running: {waiting}): stopped all '
+                    'its processes. End of {log}:', n=num_workers,
+                    timeout=timeout, waiting=', '.join(waiting),
+                    log=run.logs[waiting[0]]) + '\n' + run.tail(waiting[0]))
             time.sleep(0.2)
         # Once the workers are done, the scheduler and server exit by
         # themselves; the with block stops them if they linger.
@@ -449,12 +477,14 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     than rounding (TF32 convolutions, other algorithms)."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
-        raise ValueError(f"framework is 'torch' or 'mxnet', got "
-                         f'{framework!r}.')
+        raise ValueError(error_message(
+            "framework is 'torch' or 'mxnet', got {framework!r}.",
+            framework=framework))
     if not isinstance(batch_size, int) or batch_size % max(num_workers, 1):
-        raise ValueError(f'The global batch of {batch_size} cannot be cut '
-                         f'into {num_workers} equal shards: pass a multiple '
-                         f'of {num_workers}.')
+        raise ValueError(error_message(
+            'The global batch of {batch_size!s} cannot be cut into {n!s} '
+            'equal shards: pass a multiple of {n!s}.',
+            batch_size=batch_size, n=num_workers))
     if out_dir is None:
         out_dir = tempfile.mkdtemp(prefix=f'd2lpar-{framework}-'
                                           f'{num_workers}-')
@@ -484,7 +514,8 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
     addresses; the first one coordinates), `workers_per_host` processes
     on each, as one string: a line per command, ``[host]$ command``."""
     if isinstance(hosts, str) or not hosts:
-        raise ValueError(f'hosts is a list of machine names, got {hosts!r}.')
+        raise ValueError(error_message(
+            'hosts is a list of machine names, got {hosts!r}.', hosts=hosts))
     n, g, first = len(hosts), workers_per_host, hosts[0]
     script = shlex.join(['--out', str(out_dir), *map(str, script_args)])
     lines = []
@@ -505,8 +536,9 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
                       f'D2LPAR_LOCAL_WORKERS={g} {env} {run} &'
                       for i in range(g)]  # worker i takes GPU i
     else:
-        raise ValueError(f"framework is 'torch' or 'mxnet', got "
-                         f'{framework!r}.')
+        raise ValueError(error_message(
+            "framework is 'torch' or 'mxnet', got {framework!r}.",
+            framework=framework))
     return '\n'.join(lines)
 
 
@@ -517,26 +549,44 @@ def _as_list(results):
 
 def _rows(results):
     for r in _as_list(results):
-        word = 'rank' if r.framework == 'torch' else 'worker'
+        label = (_('{framework} x{n}: rank {rank}') if r.framework == 'torch'
+                 else _('{framework} x{n}: worker {rank}'))
         for p in r.processes:
             other = max(0.0, p['seconds_total'] - p['seconds_compute']
                         - p['seconds_communication'])
-            yield (f'{r.framework} x{r.num_workers}: {word} {p["rank"]}', p,
-                   other)
+            yield (label.format(framework=r.framework, n=r.num_workers,
+                                rank=p['rank']), p, other)
+
+
+# The columns of print_processes: heading, width (at least), format
+_COLUMNS = [(N_('process'), 22, None), (N_('steps'), 6, 'd'),
+            (N_('examples'), 9, 'd'), (N_('compute s'), 11, '.3f'),
+            (N_('comm. s'), 9, '.3f'), (N_('total s'), 9, '.3f'),
+            (N_('comm. %'), 9, '.0f')]
 
 
 def print_processes(results):
     """A table of what each process of one or more runs measured."""
-    head = (f'{"process":<22}{"steps":>6}{"examples":>9}{"compute s":>11}'
-            f'{"comm. s":>9}{"total s":>9}{"comm. %":>9}')
+    rows = list(_rows(results))
+    # A column is as wide as its heading (in the lesson's language) and,
+    # for the first, its labels need
+    heads = [_(name) for name, width, spec in _COLUMNS]
+    widths = [max(width, display_width(head) + 1)
+              for head, (name, width, spec) in zip(heads, _COLUMNS)]
+    widths[0] = max([widths[0]] + [display_width(label) + 1
+                                   for label, p, other in rows])
+    head = pad(heads[0], widths[0]) + ''.join(
+        pad(h, w, '>') for h, w in zip(heads[1:], widths[1:]))
     print(head)
-    print('-' * len(head))
-    for label, p, _ in _rows(results):
+    print('-' * display_width(head))
+    for label, p, other in rows:
         share = 100 * p['seconds_communication'] / p['seconds_total']
-        print(f'{label:<22}{p["steps"]:>6}{p["examples"]:>9}'
-              f'{p["seconds_compute"]:>11.3f}'
-              f'{p["seconds_communication"]:>9.3f}'
-              f'{p["seconds_total"]:>9.3f}{share:>8.0f}%')
+        values = [p['steps'], p['examples'], p['seconds_compute'],
+                  p['seconds_communication'], p['seconds_total']]
+        cells = [number(v, spec) for v, (name, width, spec) in
+                 zip(values, _COLUMNS[1:])] + [number(share, '.0f') + '%']
+        print(pad(label, widths[0]) + ''.join(
+            pad(c, w, '>') for c, w in zip(cells, widths[1:])))
 
 
 def plot_processes(results, title=None, ax=None):
@@ -546,18 +596,20 @@ def plot_processes(results, title=None, ax=None):
     fonts.use_cjk_font()  # Chinese text, no missing glyph
     rows = list(_rows(results))[::-1]
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.0))
-    labels = [label for label, _, _ in rows]
+        ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.0))[1]
+    labels = [label for label, _p, _other in rows]
     left = [0.0] * len(rows)
-    for key, name, color in (
+    for key, kind, color in (
             ('seconds_compute', 'compute', _common.KIND_COLORS['compute']),
             ('seconds_communication', 'communication',
              _common.KIND_COLORS['copy']),
             (None, 'other', _common.KIND_COLORS['other'])):
-        widths = [other if key is None else p[key] for _, p, other in rows]
-        ax.barh(labels, widths, left=left, color=color, label=name)
+        widths = [other if key is None else p[key]
+                  for _label, p, other in rows]
+        ax.barh(labels, widths, left=left, color=color,
+                label=_(_common.KIND_LABELS[kind]))
         left = [a + w for a, w in zip(left, widths)]
-    ax.set_xlabel('seconds')
+    ax.set_xlabel(_('seconds'))
     ax.legend(fontsize=8, frameon=False, loc='lower left',
               bbox_to_anchor=(1.0, 0.0))
     if title:

@@ -23,6 +23,8 @@ import os
 import sys
 import warnings
 
+from d2lpar.i18n import error_message
+
 CJK_FAMILY = 'Noto Sans CJK SC'
 CJK_FILE = 'NotoSansCJKsc-Regular.otf'
 
@@ -56,10 +58,10 @@ def use_cjk_font():
     if not _registered:
         path = cjk_font_path()
         if path is None:
-            warnings.warn(
+            warnings.warn(error_message(
                 'The package mplfonts is not installed, so plots show '
                 'Chinese characters as empty boxes. It is in '
-                'requirements.txt: `pip install mplfonts==0.0.11`.',
+                'requirements.txt: `pip install mplfonts==0.0.11`.'),
                 stacklevel=2)
             _registered.append(None)
         else:

@@ -57,6 +57,7 @@ from mxnet.gluon import nn
 
 from d2lpar import _common
 from d2lpar._common import write_json
+from d2lpar.i18n import _, error_message
 
 npx.set_np()
 
@@ -95,25 +96,28 @@ def named_params(net):
 def parse_args(argv=None):
     p = _common.training_arguments(__doc__.split('\n\n')[0], 'workers')
     p.add_argument('--kvstore', default='dist_sync',
-                   help='dist_sync, dist_async, ... or local (no servers)')
+                   help=_('dist_sync, dist_async, ... or local (no '
+                          'servers)'))
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
     if args.kvstore.startswith('dist') and 'DMLC_ROLE' not in os.environ:
-        raise SystemExit('No DMLC_ROLE in the environment: start a '
-                         'scheduler, servers and workers (see python -m '
-                         'd2lpar.kvstore_train --help), or use '
-                         'd2lpar.distributed.launch_kvstore.')
+        raise SystemExit(error_message(
+            'No DMLC_ROLE in the environment: start a scheduler, servers '
+            'and workers (see python -m d2lpar.kvstore_train --help), or '
+            'use d2lpar.distributed.launch_kvstore.'))
     kv = mx.kv.create(args.kvstore)
     rank, world = kv.rank, kv.num_workers
+    # The launcher reads this line, so it stays in English
     print(f'd2lpar: worker rank {rank} of {world}, pid {os.getpid()}',
           flush=True)
     B = args.batch_size
     if B % world:
-        raise ValueError(f'--batch-size {B} cannot be cut into {world} equal '
-                         f'shards: pass a multiple of {world}.')
+        raise ValueError(error_message(
+            '--batch-size {B} cannot be cut into {world} equal shards: pass '
+            'a multiple of {world}.', B=B, world=world))
     b = B // world  # this worker's shard of every global batch
     local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
     local_workers = int(os.environ.get('D2LPAR_LOCAL_WORKERS', world))
@@ -126,8 +130,9 @@ def main(argv=None):
     X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
         args.num_train, args.num_test)
     if len(y_train) < B:
-        raise ValueError(f'{len(y_train)} training examples make no global '
-                         f'batch of {B}.')
+        raise ValueError(error_message(
+            '{n} training examples make no global batch of {B}.',
+            n=len(y_train), B=B))
     net = lenet(args.seed, ctx)
     net.hybridize()
     # The optimizer runs on the server, so the learning rate follows a
@@ -171,9 +176,10 @@ def main(argv=None):
                 onp.savez(os.path.join(args.out, 'params_step1.npz'),
                           **named_params(net))
         if rank == 0:
-            print(f'epoch {epoch + 1}: loss {float(loss.mean()):.3f} '
-                  f'(worker 0 shard), {time.perf_counter() - start:.1f} '
-                  f'sec', flush=True)
+            print(_('epoch {epoch}: loss {loss:.3f} (worker 0 shard), '
+                    '{seconds:.1f} sec').format(
+                epoch=epoch + 1, loss=float(loss.mean()),
+                seconds=time.perf_counter() - start), flush=True)
     total = time.perf_counter() - start
 
     mine = {'rank': rank, 'world_size': world, 'host': socket.gethostname(),
@@ -191,8 +197,10 @@ def main(argv=None):
                   'test_acc': mine['test_acc'], 'seconds_total': total,
                   'processes': [mine]}  # the others: OUT/worker{r}.json
         write_json(os.path.join(args.out, 'result.json'), result)
-        print(f'test acc {mine["test_acc"]:.3f} with {world} workers '
-              f'({args.kvstore}), {total:.1f} sec', flush=True)
+        print(_('test acc {test_acc:.3f} with {world} workers '
+                '({backend}), {seconds:.1f} sec').format(
+            test_acc=mine['test_acc'], world=world, backend=args.kvstore,
+            seconds=total), flush=True)
     write_json(os.path.join(args.out, f'worker{rank}.json'), mine)
 
 

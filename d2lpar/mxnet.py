@@ -48,11 +48,13 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     Animator, DataError, TrainResult, check_allreduce, check_devices,
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
+    source_code, use_language,
     LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
     plot_drift,
     bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
     plot_memory, shard_bounds, zero_memory)
 from d2lpar.sharding import check_collective  # noqa: E402
+from d2lpar.i18n import N_, error_message  # noqa: E402
 
 npx.set_np()
 
@@ -83,11 +85,12 @@ def num_gpus():
 def gpu(i=0):
     """The `i`-th GPU; a ValueError if this machine has no such GPU."""
     if not isinstance(i, int) or i < 0:
-        raise TypeError(f'A GPU index is an int >= 0, got {i!r}.')
+        raise TypeError(error_message(
+            'A GPU index is an int >= 0, got {i!r}.', i=i))
     if i >= num_gpus():
-        raise ValueError(f'There is no GPU {i}: this machine has '
-                         f'{num_gpus()} GPU(s). Use try_gpu({i}) to fall '
-                         f'back to the CPU.')
+        raise ValueError(error_message(
+            'There is no GPU {i}: this machine has {n} GPU(s). Use '
+            'try_gpu({i}) to fall back to the CPU.', i=i, n=num_gpus()))
     return npx.gpu(i)
 
 
@@ -106,8 +109,9 @@ def try_devices(num_devices):
     enough, else the CPU contexts cpu(0), cpu(1), ... as stand-ins (each
     has its own engine thread), saying once what it fell back to."""
     if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f'num_devices must be an int >= 1, got '
-                         f'{num_devices!r}.')
+        raise ValueError(error_message(
+            'num_devices must be an int >= 1, got {num_devices!r}.',
+            num_devices=num_devices))
     if num_gpus() >= num_devices:
         return [gpu(i) for i in range(num_devices)]
     say_once(_common.fallback_notice(
@@ -193,7 +197,7 @@ class Timeline(_common.Timeline):
                                    filename=self._file)
             mx.profiler.set_state('run')
         else:
-            self.source = 'a watcher thread per device'
+            self.source = N_('a watcher thread per device')
             self._queues, self._threads = {}, []
         return self
 

@@ -19,6 +19,8 @@ import queue
 import threading
 import time
 
+from d2lpar.i18n import error_message
+
 QUEUES = ('compute', 'copy')
 
 
@@ -32,8 +34,8 @@ def threads_per_stand_in(num_threads):
 def check_queue(queue):
     """A ValueError unless `queue` names one of a device's queues."""
     if queue not in QUEUES:
-        raise ValueError(f"queue must be 'compute' or 'copy', got "
-                         f'{queue!r}.')
+        raise ValueError(error_message(
+            "queue must be 'compute' or 'copy', got {queue!r}.", queue=queue))
 
 
 def resolve(args):

@@ -38,11 +38,13 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     Animator, DataError, TrainResult, check_allreduce, check_devices,
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
+    source_code, use_language,
     LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
     plot_drift,
     bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
     plot_memory, shard_bounds, zero_memory)
 from d2lpar.sharding import check_collective  # noqa: E402
+from d2lpar.i18n import N_, error_message  # noqa: E402
 
 __all__ = _common.SHARED + _common.BACKEND
 
@@ -71,11 +73,12 @@ def num_gpus():
 def gpu(i=0):
     """The `i`-th GPU; a ValueError if this machine has no such GPU."""
     if not isinstance(i, int) or i < 0:
-        raise TypeError(f'A GPU index is an int >= 0, got {i!r}.')
+        raise TypeError(error_message(
+            'A GPU index is an int >= 0, got {i!r}.', i=i))
     if i >= num_gpus():
-        raise ValueError(f'There is no GPU {i}: this machine has '
-                         f'{num_gpus()} GPU(s). Use try_gpu({i}) to fall '
-                         f'back to the CPU.')
+        raise ValueError(error_message(
+            'There is no GPU {i}: this machine has {n} GPU(s). Use '
+            'try_gpu({i}) to fall back to the CPU.', i=i, n=num_gpus()))
     return torch.device(f'cuda:{i}')
 
 
@@ -95,8 +98,9 @@ def try_devices(num_devices):
     saying once what it fell back to. Each stand-in computes on its own
     worker thread with half of the CPU's threads (`launch`)."""
     if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f'num_devices must be an int >= 1, got '
-                         f'{num_devices!r}.')
+        raise ValueError(error_message(
+            'num_devices must be an int >= 1, got {num_devices!r}.',
+            num_devices=num_devices))
     if num_gpus() >= num_devices:
         return [gpu(i) for i in range(num_devices)]
     say_once(_common.fallback_notice(
@@ -270,7 +274,7 @@ class Timeline(_common.Timeline):
                 row = f'cuda:{e.device_index}'
             spans.append((e.name, row, e.time_range.start, e.time_range.end))
         if len(threads) == 1:  # name the one thread by what it is
-            one = 'main thread' if workers else 'CPU'
+            one = N_('main thread') if workers else 'CPU'
             spans = [(n, one if r.startswith('CPU') else r, a, b)
                      for n, r, a, b in spans]
         spans += [(n, r, 1e6 * a + offset, 1e6 * b + offset)
@@ -404,8 +408,9 @@ def allreduce(data):
 
 def _flat(x):
     if not x.is_contiguous():
-        raise ValueError('ring_allreduce works on contiguous tensors: call '
-                         '.contiguous() on them first.')
+        raise ValueError(error_message(
+            'ring_allreduce works on contiguous tensors: call .contiguous() '
+            'on them first.'))
     return x.view(-1)
 
 
@@ -706,11 +711,11 @@ def _quiet_worker(rank, *args):
 def _check_importable(net):
     for m in net.modules():
         if type(m).__module__ == '__main__':
-            raise ValueError(
-                f'The layer class {type(m).__name__} is defined in this '
-                f'notebook or script; the processes train_concise starts '
-                f'cannot import it. Move it into a .py file and import it, '
-                f'or build the network from torch.nn layers.')
+            raise ValueError(error_message(
+                'The layer class {name} is defined in this notebook or '
+                'script; the processes train_concise starts cannot import '
+                'it. Move it into a .py file and import it, or build the '
+                'network from torch.nn layers.', name=type(m).__name__))
 
 
 class _Mailbox:
@@ -764,8 +769,9 @@ def _run_processes(net, devices, settings, report, timeout=3600):
                   settings, mailbox))
         state = _watch_processes(procs, mailbox, report, timeout)
     if state is None:
-        raise RuntimeError('The training processes ended without sending '
-                           'back the trained parameters.')
+        raise RuntimeError(error_message(
+            'The training processes ended without sending back the trained '
+            'parameters.'))
     net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
 
 
@@ -780,9 +786,9 @@ def _watch_processes(procs, mailbox, report, timeout):
             try:
                 done = procs.join(timeout=0.1)
             except ProcessException as e:
-                raise RuntimeError(f'A training process failed, so '
-                                   f'train_concise stopped all of them:\n'
-                                   f'{e}') from None
+                raise RuntimeError(error_message(
+                    'A training process failed, so train_concise stopped '
+                    'all of them:') + f'\n{e}') from None
             for kind, *payload in mailbox.take():
                 if kind == 'epoch':
                     report(*payload)
@@ -790,10 +796,10 @@ def _watch_processes(procs, mailbox, report, timeout):
                 else:
                     state = payload[0]
             if not done and time.monotonic() > deadline:
-                raise RuntimeError(f'No epoch of train_concise ended within '
-                                   f'{timeout} s, so it stopped the '
-                                   f'processes: are they stuck? Try fewer '
-                                   f'examples or a thinner network.')
+                raise RuntimeError(error_message(
+                    'No epoch of train_concise ended within {timeout} s, so '
+                    'it stopped the processes: are they stuck? Try fewer '
+                    'examples or a thinner network.', timeout=timeout))
     finally:
         for p in procs.processes:
             if p.is_alive():

@@ -163,6 +163,8 @@ def _test_env(monkeypatch, data_root):
     monkeypatch.setenv('D2LPAR_OFFLINE', '1')
     monkeypatch.setenv('D2LPAR_DATA', str(data_root))
     monkeypatch.delenv('D2LPAR_FASHION_MNIST_URL', raising=False)
+    # Every test starts in English; d2l.use_language in a test is undone
+    monkeypatch.delenv('D2LPAR_LANG', raising=False)
 
 
 @pytest.fixture(scope='session', params=BACKENDS)

@@ -50,9 +50,23 @@ class _SetStringsAside(ast.NodeTransformer):
         return node
 
 
+def _picks_the_language(stmt):
+    """Whether `stmt` is a statement ``d2l.use_language(...)``, which the
+    French, Turkish and Chinese lessons add to their first cell."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    return (isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == 'use_language'
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == 'd2l')
+
+
 def code_shape(source):
-    """A code cell's syntax tree without comments and string contents."""
-    return ast.dump(_SetStringsAside().visit(ast.parse(source)))
+    """A code cell's syntax tree without comments, string contents and
+    the statement that picks the lesson's language."""
+    tree = ast.parse(source)
+    tree.body = [s for s in tree.body if not _picks_the_language(s)]
+    return ast.dump(_SetStringsAside().visit(tree))
 
 
 @pytest.mark.parametrize('english, translated', [
@@ -73,6 +87,18 @@ def test_code_shape_ignores_comments_and_string_text():
     translated = ("x = 1  # un\nprint(f'écart : {abs(a - b):.3f} "
                   "après {n!r} essais', 'fini')\n")
     assert code_shape(english) == code_shape(translated)
+
+
+def test_code_shape_ignores_only_the_language_statement():
+    english = 'from d2lpar import torch as d2l\nimport torch\n'
+    assert code_shape(english) == code_shape(
+        "from d2lpar import torch as d2l\nimport torch\n"
+        "d2l.use_language('fr')\n")
+    for other in ("d2l.use_languages('fr')", "d2l.try_gpu('fr')",
+                  "lang = d2l.use_language('fr')", "use_language('fr')",
+                  "d2l.use_language('fr'); x = 1"):
+        assert code_shape(english) != code_shape(english + other + '\n'), \
+            other
 
 
 def test_committed_notebooks_match_their_sources():
