@@ -11,7 +11,7 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	--sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: venv lab test test-unit test-notebooks notebooks check-notebooks \
-	figures bench clean messages
+	figures slides bench clean messages
 
 venv: $(STAMP)
 
@@ -56,6 +56,13 @@ messages: $(STAMP)
 # (notebooks/img/<lang>/).
 figures: $(STAMP)
 	$(PY) tools/figures.py
+
+# A reveal.js slideshow per lesson, language and framework, for a room with
+# no network: build/slides/<lang>/<framework>/<chapter>.slides.html and
+# build/slides/index.html; reveal.js and MathJax come from pinned packages
+# and are copied into build/slides/_static/ (tools/slides.py, README).
+slides: $(STAMP)
+	$(PY) tools/slides.py
 
 # The pytest workers share the cores, so each process (test, notebook
 # kernel, training process) computes with one OpenMP thread: threads that

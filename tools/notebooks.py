@@ -22,7 +22,11 @@ A ``#@check`` cell without an output block for each framework it goes to
 is an error, as is an output block after a cell without ``#@check``.
 
 Each notebook opens with a header linking the same lesson in the other
-languages and the other framework. Only the outputs of ``#@check`` cells
+languages and the other framework. Headings ``#``, ``##`` and ``###``
+start markdown cells, marked for slideshows (cell metadata
+``slideshow.slide_type``): the title and each ``##`` section a slide, each
+``###`` a sub-slide, the header skipped; tools/slides.py and JupyterLab's
+RISE read them (RISE also reads the notebook's ``rise`` settings). Only the outputs of ``#@check`` cells
 are stored; nothing else that running a notebook changes.
 """
 import json
@@ -40,6 +44,11 @@ HEADER_WORDS = {'en': ('Language: ', 'Framework: '),
 FENCE = re.compile(r'^```\{\.python \.(input|output)\}\s*$')
 TAB = re.compile(r'^#@tab (pytorch|mxnet|all)\s*$')
 BEGIN_TAB = re.compile(r'^:begin_tab:`(pytorch|mxnet)`\s*$')
+HEADING = re.compile(r'^(#{1,3}) ')
+# Where a slideshow (RISE in JupyterLab, `make slides`) starts a new slide:
+# the title and every `## ` section; every `### ` is a sub-slide below it.
+SLIDE_TYPES = {1: 'slide', 2: 'slide', 3: 'subslide'}
+RISE = {'scroll': True, 'theme': 'white'}
 
 
 class SourceError(ValueError):
@@ -84,7 +93,7 @@ def parse(text, where):
         elif line.strip() == ':end_tab:':
             flush()
             tab = None
-        elif line.startswith('## ') or line.startswith('# '):
+        elif HEADING.match(line):
             flush()  # a heading starts a new markdown cell
             prose.append(line)
         else:
@@ -106,7 +115,9 @@ def header(lang, fw, chapter):
 
 
 def notebook(blocks, lang, fw, chapter):
-    cells = [{'cell_type': 'markdown', 'metadata': {'tags': ['header']},
+    cells = [{'cell_type': 'markdown',
+              'metadata': {'tags': ['header'],
+                           'slideshow': {'slide_type': 'skip'}},
               'source': header(lang, fw, chapter)}]
     unanswered = None  # where a #@check cell waiting for its output is
     for kind, tab, body, at in blocks:
@@ -120,8 +131,11 @@ def notebook(blocks, lang, fw, chapter):
                     and not body.startswith('#'):
                 cells[-1]['source'] += '\n\n' + body
             else:
-                cells.append({'cell_type': 'markdown', 'metadata': {},
-                              'source': body})
+                heading = HEADING.match(body)
+                cells.append({'cell_type': 'markdown', 'metadata': (
+                    {'slideshow': {'slide_type':
+                                   SLIDE_TYPES[len(heading.group(1))]}}
+                    if heading else {}), 'source': body})
         elif kind == 'input':
             check = '#@check' in body
             unanswered = at if check else None
@@ -157,7 +171,10 @@ def notebook(blocks, lang, fw, chapter):
                                'language': 'python', 'name': 'python3'},
                 'language_info': {'name': 'python'},
                 'd2lpar': {'language': lang, 'framework': fw,
-                           'source': f'{lang}/{chapter}.md'}},
+                           'source': f'{lang}/{chapter}.md'},
+                # RISE, the slideshow in JupyterLab: long sections scroll,
+                # and the theme loads no font from the network
+                'rise': dict(RISE)},
             'nbformat': 4, 'nbformat_minor': 5}
 
 
