@@ -376,7 +376,7 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
     cost.plot_cost_model(rows, links=['pcie4'])
     ax = plt.gcf().axes[0]
     assert ax.get_title() == ('allreduce sur 2 périphériques\u00a0: '
-                              "modèle de l'anneau et cette machine")
+                              "l'anneau selon le modèle de coût et cette machine")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         'PCIe 4.0 x16', 'mesuré ici\u00a0: ring']
     _common.plot_allreduce(rows, copy_bandwidth=2e10)
