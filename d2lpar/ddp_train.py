@@ -160,8 +160,8 @@ def timed_allreduce(timer, bucket):
 def parse_args(argv=None):
     p = _common.training_arguments(__doc__.split('\n\n')[0], 'processes')
     p.add_argument('--fsdp', action='store_true',
-                   help='shard parameters, gradients and optimizer state '
-                   'with FSDP (fully_shard) instead of DDP')
+                   help=_('shard parameters, gradients and optimizer state '
+                          'with FSDP (fully_shard) instead of DDP'))
     return p.parse_args(argv)
 
 

@@ -485,14 +485,14 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
             'The global batch of {batch_size!s} cannot be cut into {n!s} '
             'equal shards: pass a multiple of {n!s}.',
             batch_size=batch_size, n=num_workers))
+    if sharded and framework != 'torch':
+        raise NotImplementedError(error_message(
+            'MXNet has no sharded data parallelism like FSDP: see the '
+            'from-scratch ZeRO of lesson 5 (d2l.zero_step).'))
     if out_dir is None:
         out_dir = tempfile.mkdtemp(prefix=f'd2lpar-{framework}-'
                                           f'{num_workers}-')
     args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs]
-    if sharded and framework != 'torch':
-        raise NotImplementedError(
-            'MXNet has no sharded data parallelism like FSDP: see the '
-            'from-scratch ZeRO of lesson 5 (d2l.zero_step).')
     if sharded:
         args.append('--fsdp')
     if num_train is not None:

@@ -11,6 +11,7 @@ Nothing here imports PyTorch or MXNet.
 import numbers
 
 from d2lpar import fonts
+from d2lpar.i18n import N_, _, error_message
 
 # Bytes per parameter for (parameters, gradients, optimizer state) with
 # Adam: fp32 everywhere (this lesson), or mixed precision as in the ZeRO
@@ -34,25 +35,34 @@ def check_collective(arrays, name, array_type, shape_of, same_rows=True):
     (or tuple) of arrays of `array_type`, each with at least one axis, all
     of the same shape (with `same_rows` False: the same shape after the
     first axis, as shards of one array may differ in rows)."""
-    what = 'arrays' if same_rows else 'shards'
     if not isinstance(arrays, (list, tuple)):
-        raise TypeError(f'{name} takes a list of {what}, one per device, '
-                        f'got {type(arrays).__name__}.')
+        raise TypeError(error_message(
+            N_('{name} takes a list of arrays, one per device, got {type}.')
+            if same_rows else
+            N_('{name} takes a list of shards, one per device, got {type}.'),
+            name=name, type=type(arrays).__name__))
     if not arrays:
-        raise ValueError(f'{name} got an empty list: it needs one of its '
-                         f'{what} per device.')
+        raise ValueError(error_message(
+            N_('{name} got an empty list: it needs one of its arrays per '
+               'device.') if same_rows else
+            N_('{name} got an empty list: it needs one of its shards per '
+               'device.'), name=name))
     for i, a in enumerate(arrays):
         if not isinstance(a, array_type):
-            raise TypeError(f'{name}: item {i} is a {type(a).__name__}, '
-                            f'not an array.')
+            raise TypeError(error_message(
+                '{name}: item {i} is a {type}, not an array.',
+                name=name, i=i, type=type(a).__name__))
     shapes = [tuple(shape_of(a)) for a in arrays]
     if any(len(s) == 0 for s in shapes):
-        raise ValueError(f'{name}: every item needs at least one axis to '
-                         f'cut along, got shapes {shapes}.')
+        raise ValueError(error_message(
+            '{name}: every item needs at least one axis to cut along, got '
+            'shapes {shapes}.', name=name, shapes=shapes))
     if len({s[0 if same_rows else 1:] for s in shapes}) > 1:
-        which = 'shape' if same_rows else 'shape after the first axis'
-        raise ValueError(f'{name} needs the same {which} on every device, '
-                         f'got shapes {shapes}.')
+        raise ValueError(error_message(
+            N_('{name} needs the same shape on every device, got shapes '
+               '{shapes}.') if same_rows else
+            N_('{name} needs the same shape after the first axis on every '
+               'device, got shapes {shapes}.'), name=name, shapes=shapes))
 
 
 # --------------------------------------------------------------------------
@@ -65,11 +75,13 @@ def zero_memory(num_params, num_devices, stage, bytes_per=FP32_ADAM):
     state, 2 also the gradients, 3 also the parameters. `bytes_per` is
     bytes per parameter for (parameters, gradients, optimizer state)."""
     if stage not in (0, 1, 2, 3):
-        raise ValueError(f'stage is 0 (no sharding), 1, 2 or 3, got '
-                         f'{stage!r}.')
+        raise ValueError(error_message(
+            'stage is 0 (no sharding), 1, 2 or 3, got {stage!r}.',
+            stage=stage))
     if not isinstance(num_devices, numbers.Integral) or num_devices < 1:
-        raise ValueError(f'num_devices must be an int >= 1, got '
-                         f'{num_devices!r}.')
+        raise ValueError(error_message(
+            'num_devices must be an int >= 1, got {num_devices!r}.',
+            num_devices=num_devices))
     p, g, o = (b * num_params for b in bytes_per)
     k = num_devices
     return {'parameters': p / k if stage >= 3 else p,
@@ -84,8 +96,8 @@ def plot_memory(num_params, device_counts, measured=None, title=None):
     (markers)."""
     import matplotlib.pyplot as plt
     fonts.use_cjk_font()
-    _, ax = plt.subplots(figsize=(5, 3.2))
-    names = ['data parallel', 'ZeRO-1', 'ZeRO-2', 'ZeRO-3']
+    ax = plt.subplots(figsize=(5, 3.2))[1]
+    names = [_('data parallel'), 'ZeRO-1', 'ZeRO-2', 'ZeRO-3']
     for stage, name in enumerate(names):
         ys = [sum(zero_memory(num_params, k, stage).values()) / 1e6
               for k in device_counts]
@@ -94,12 +106,12 @@ def plot_memory(num_params, device_counts, measured=None, title=None):
                   if s == stage]
         if points:
             ax.plot(*zip(*points), 'o', color=line.get_color())
-    ax.set_xlabel('number of devices')
-    ax.set_ylabel('MB per device')
+    ax.set_xlabel(_('number of devices'))
+    ax.set_ylabel(_('MB per device'))
     ax.set_xticks(device_counts)
     ax.legend(fontsize=8)
-    ax.set_title(title or 'model state per device (lines: formula, '
-                 'dots: counted)', fontsize=9)
+    ax.set_title(title or _('model state per device (lines: formula, '
+                            'dots: counted)'), fontsize=9)
     plt.tight_layout()
     plt.show()
     return ax
@@ -116,8 +128,9 @@ def collective_seconds(kind, num_bytes, num_devices, bandwidth,
     'all_gather' takes k-1 steps of N/k bytes, an 'allreduce' both."""
     steps = {'reduce_scatter': 1, 'all_gather': 1, 'allreduce': 2}
     if kind not in steps:
-        raise ValueError(f"kind is 'reduce_scatter', 'all_gather' or "
-                         f"'allreduce', got {kind!r}.")
+        raise ValueError(error_message(
+            "kind is 'reduce_scatter', 'all_gather' or 'allreduce', got "
+            "{kind!r}.", kind=kind))
     k = num_devices
     return steps[kind] * (k - 1) * (latency + num_bytes / k / bandwidth)
 
@@ -132,8 +145,9 @@ def gpipe_schedule(num_stages, num_microbatches):
     then the backward passes, from the last stage back."""
     k, m = num_stages, num_microbatches
     if k < 1 or m < 1:
-        raise ValueError(f'num_stages and num_microbatches must be >= 1, '
-                         f'got {k} and {m}.')
+        raise ValueError(error_message(
+            'num_stages and num_microbatches must be >= 1, got {k!r} and '
+            '{m!r}.', k=k, m=m))
     ticks = []
     for t in range(m + k - 1):
         ticks.append([(s, 'F', t - s) for s in range(k) if 0 <= t - s < m])
@@ -156,7 +170,8 @@ def measured_bubble(events, rows):
     last end)."""
     mine = [e for e in events if e.row in rows]
     if not mine:
-        raise ValueError(f'no event on the rows {rows}.')
+        raise ValueError(error_message('no event on the rows {rows}.',
+                                       rows=rows))
     span = max(e.end for e in mine) - min(e.start for e in mine)
     busy = sum(e.end - e.start for e in mine)
     return 1 - busy / (len(rows) * span)

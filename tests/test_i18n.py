@@ -15,7 +15,7 @@ import tokenize
 import pytest
 from babel.messages.pofile import read_po
 
-from d2lpar import _common, cost, distributed, i18n
+from d2lpar import _common, cost, distributed, i18n, sharding
 
 ROOT = os.path.dirname(os.path.dirname(i18n.__file__))
 sys.path.insert(0, os.path.join(ROOT, 'tools'))
@@ -209,13 +209,27 @@ ERRORS = [  # call, its exception type and English text (as it always
      'of shape (4000, 4000) (64 MB a result). Free GPU memory (restart the '
      'other notebooks that use it) or take smaller matrices.',
      {'fr': 'Libérez', 'tr': 'boşaltın', 'zh': '释放显存'}),
+    # lesson 5: the checks of the collectives and of the ZeRO stages
+    (lambda: sharding.check_collective([], 'all_gather', list, len,
+                                       same_rows=False), ValueError,
+     'all_gather got an empty list: it needs one of its shards per device.',
+     {'fr': 'liste vide', 'tr': 'boş bir liste', 'zh': '空列表'}),
+    (lambda: sharding.zero_memory(10, 2, 4), ValueError,
+     'stage is 0 (no sharding), 1, 2 or 3, got 4.',
+     {'fr': 'pas de répartition', 'tr': 'parçalama yok', 'zh': '不分片'}),
+    (lambda: distributed.train('mxnet', 2, sharded=True),
+     NotImplementedError, 'MXNet has no sharded data parallelism like '
+     'FSDP: see the from-scratch ZeRO of lesson 5 (d2l.zero_step).',
+     {'fr': 'parallélisme de données', 'tr': 'veri paralelliği',
+      'zh': '分片数据并行'}),
 ]
 
 
 @pytest.mark.parametrize('lang', LANGS)
 @pytest.mark.parametrize('call, kind, text, word', ERRORS, ids=[
     'check_split', 'check_devices', 'read_idx', 'check_lr', 'algorithm',
-    'use_gpus', 'products_that_fit'])
+    'use_gpus', 'products_that_fit', 'collective', 'zero_stage',
+    'sharded_mxnet'])
 def test_an_error_is_translated_then_given_in_english(lang, call, kind,
                                                        text, word, speak):
     english_kind, english = _english_error(call)
@@ -388,6 +402,12 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
     ax = plt.gcf().axes[0]
     assert (ax.get_xlabel(), ax.get_title()) == (
         'étape', 'paramètres sur 1 périphérique et sur 2')
+    ax = sharding.plot_memory(1000, [1, 2])
+    assert (ax.get_xlabel(), ax.get_ylabel()) == (
+        'nombre de périphériques', 'Mo par périphérique')
+    assert ax.get_legend().get_texts()[0].get_text() == \
+        'parallélisme de données'
+    assert ax.get_title().startswith('état du modèle par périphérique')
     plt.close('all')
     speak('zh')
     distributed._device_options('torch', 2, 2, use_gpus=False)
