@@ -215,7 +215,9 @@ ENGLISH_OUTPUT = {
 
 
 def english_in_output(text):
-    text = re.sub(r'`[^`]*`|\b\w+\([^)]*\)|\bd2l\.\w+', ' ', text)
+    # Names are not prose: code in backticks, calls, d2l.x, and the quoted
+    # keys of a printed dict ({'parameters': 4, ...}), which code reads.
+    text = re.sub(r"`[^`]*`|\b\w+\([^)]*\)|\bd2l\.\w+|'\w+':", ' ', text)
     return sorted({w for w in re.findall(r'[A-Za-z]+', text)
                    if w.lower() in ENGLISH_OUTPUT})
 
@@ -224,6 +226,8 @@ def test_english_in_output_sees_english_and_ignores_names():
     assert english_in_output('test acc: 0.91, 0.90') == ['acc']
     assert english_in_output('précision : 0.91 sur cpu(0), d2l.allreduce') \
         == []
+    assert english_in_output("0 {'parameters': 8, 'gradients': 8}") == []
+    assert english_in_output("{'a': 'the same'}") == ['same', 'the']
 
 
 @pytest.mark.parametrize('lang', LANGS[1:])
