@@ -203,8 +203,9 @@ def test_code_is_the_same_in_every_language(fw, chapter, lang):
 
 
 # Words of English that a translated lesson must not print in a checked
-# output. Names of APIs (launch, synchronize, width=...) and words that
-# French or Turkish share with English (test, points) are not counted.
+# output. Names of APIs (launch, synchronize, width=...), the quoted keys
+# of a printed dict (d2l.zero_memory's 'parameters') and words that French
+# or Turkish share with English (test, points) are not counted.
 ENGLISH_OUTPUT = {
     'the', 'and', 'of', 'to', 'is', 'are', 'with', 'for', 'from', 'after',
     'before', 'both', 'alone', 'together', 'sum', 'parts', 'difference',
@@ -228,6 +229,7 @@ def test_english_in_output_sees_english_and_ignores_names():
         == []
     assert english_in_output("0 {'parameters': 8, 'gradients': 8}") == []
     assert english_in_output("{'a': 'the same'}") == ['same', 'the']
+    assert english_in_output('parameters: 8') == ['parameters']
 
 
 @pytest.mark.parametrize('lang', LANGS[1:])
