@@ -177,8 +177,9 @@ def test_code_is_the_same_in_every_language(fw, chapter, lang):
 
 
 # Words of English that a translated lesson must not print in a checked
-# output. Names of APIs (launch, synchronize, width=...) and words that
-# French or Turkish share with English (test, points) are not counted.
+# output. Names of APIs (launch, synchronize, width=...), quoted names as
+# Python prints the keys of a dict an API returns ('parameters') and words
+# that French or Turkish share with English (test, points) are not counted.
 ENGLISH_OUTPUT = {
     'the', 'and', 'of', 'to', 'is', 'are', 'with', 'for', 'from', 'after',
     'before', 'both', 'alone', 'together', 'sum', 'parts', 'difference',
@@ -189,7 +190,8 @@ ENGLISH_OUTPUT = {
 
 
 def english_in_output(text):
-    text = re.sub(r'`[^`]*`|\b\w+\([^)]*\)|\bd2l\.\w+', ' ', text)
+    text = re.sub(r"`[^`]*`|\b\w+\([^)]*\)|\bd2l\.\w+|'[A-Za-z_]\w*'", ' ',
+                  text)
     return sorted({w for w in re.findall(r'[A-Za-z]+', text)
                    if w.lower() in ENGLISH_OUTPUT})
 
@@ -198,6 +200,9 @@ def test_english_in_output_sees_english_and_ignores_names():
     assert english_in_output('test acc: 0.91, 0.90') == ['acc']
     assert english_in_output('précision : 0.91 sur cpu(0), d2l.allreduce') \
         == []
+    # a dict key of an API is a name; a quoted phrase is text
+    assert english_in_output("0 {'parameters': 8, 'gradients': 8}") == []
+    assert english_in_output("['the same', 'ZeRO-1']") == ['same', 'the']
 
 
 @pytest.mark.parametrize('lang', LANGS[1:])
