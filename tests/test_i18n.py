@@ -153,8 +153,8 @@ EXPECTED = {
            "exactitude (test)\u00a0: 0,85, 2,0 s/époque sur "
            "['cpu:0', 'cpu:1']"),
     'tr': ('GPU bulunamadı, 2 aygıt istendi: 2 vekil CPU aygıtı',
-           'Device 1 alone: {},{} sn',
-           "test doğruluğu: 0,85, dönem başına 2,0 sn, aygıtlar: "
+           'Device 1 alone: {},{} s',
+           "test doğruluğu: 0,85, dönem başına 2,0 s, aygıtlar: "
            "['cpu:0', 'cpu:1']"),
     'zh': ('未找到 GPU，请求了 2 个设备：改用 2 个 CPU 替身',
            'Device 1 alone：{}.{} 秒',

@@ -158,7 +158,7 @@ WORDS = {
         'original': 'özgün ağ', 'network': 'ağ bölümleme',
         'layerwise': 'katman bazında bölümleme',
         'dataparallel': 'veri paralelliği', 'batch': 'minigrup',
-        'layer': 'katman {}', 'half': 'parça {}',
+        'layer': 'katman {}', 'half': '{}. yarı',
         'sync': 'gradyanları eşzamanla', 'gpu': 'GPU {}', 'data': 'veri',
         'transfer': 'aktarım',
         'part': 'parça {}', 'allreduce': 'allreduce\ng = g1 + g2',
@@ -191,7 +191,7 @@ WORDS = {
         'worklink': 'her işçi bağlantısı: her yönde N',
         'serverlink': 'sunucu bağlantısı: her yönde k · N = 4 N, '
                       'k ile birlikte artar',
-        'logical': 'halkadaki sıra',
+        'logical': 'halkanın düzeni',
     },
     'zh': {
         'original': '原始网络', 'network': '网络拆分',
