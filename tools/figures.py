@@ -200,7 +200,7 @@ WORDS = {
         'sync': '同步梯度', 'gpu': 'GPU {}', 'data': '数据',
         'transfer': '传输',
         'part': '分片 {}', 'allreduce': '全规约\ng = g1 + g2',
-        'params': '参数 w', 'lossgrad': '损失和\n梯度 g{}',
+        'params': '参数 w', 'lossgrad': '损失与\n梯度 g{}',
         'update': '更新\nw ← w − η·g', 'next': '下一步',
         'start': '初始', 'rs': '规约散播\n第 {} 步',
         'ag': '全收集\n第 {} 步', 'dev': '设备 {}',
