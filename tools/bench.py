@@ -963,8 +963,10 @@ def report_allreduce(res):
                f'follows a barrier and the slowest rank counts.')
     out.append('A fraction above 100% means that the data stayed in the CPU '
                'caches, which are faster than memory; the limit is for '
-               'memory. MXNet\'s copies run at its own copy bandwidth (above),'
-               ' and its allreduces cannot avoid copying between contexts.')
+               'memory. MXNet\'s copies run at its own copy bandwidth (above);'
+               ' its allreduce copies between contexts into fresh arrays, its '
+               'ring reads the other stand-ins\' chunks in place (one memory) '
+               'and copies only in the all-gather.')
     for backend, error in res['errors'].items():
         out.append(f'\n**{backend}: no data** ({error})')
     headers = ['algorithm', 'N', 'time (ms)', 'algbw (GB/s)',
