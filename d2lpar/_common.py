@@ -5,7 +5,6 @@ Nothing here imports PyTorch or MXNet. The backends (``d2lpar.torch`` and
 to copy an array, how to turn a NumPy batch into a framework tensor.
 """
 import dataclasses
-import fcntl
 import functools
 import gzip
 import hashlib
@@ -18,6 +17,11 @@ import time
 import urllib.request
 
 import numpy as np
+
+try:  # file locks: Linux and macOS
+    import fcntl
+except ImportError:  # Windows: downloads go without the lock
+    fcntl = None
 
 from d2lpar import cost as _cost
 from d2lpar import fonts
@@ -735,7 +739,8 @@ def download(url, path, md5, timeout=DOWNLOAD_TIMEOUT):
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, '.lock'), 'w') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        if fcntl is not None:  # released when the file is closed
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(path) and md5sum(path) == md5:
             return path  # another process finished it while we waited
         fd, tmp = tempfile.mkstemp(dir=folder, prefix='.part-')

@@ -230,6 +230,11 @@ def _collect(framework, out_dir, prefix, num_workers):
 
 
 def _prepare(out_dir, num_workers, timeout):
+    if os.name != 'posix':  # process groups (os.killpg, start_new_session)
+        raise OSError(error_message(
+            'Training in several processes from a lesson needs Linux or '
+            'macOS (it stops a run through its process group); on Windows, '
+            'run the lesson in WSL 2 or on Colab.'))
     if not isinstance(num_workers, int) or num_workers < 1:
         raise ValueError(error_message(
             'num_workers must be an int >= 1, got {num_workers!r}.',

@@ -435,3 +435,18 @@ def test_commands_for_several_machines():
     for line in mx_lines:
         assert ('DMLC_PS_ROOT_URI=a DMLC_PS_ROOT_PORT=1234 DMLC_NUM_SERVER=2 '
                 'DMLC_NUM_WORKER=4') in line
+
+
+@pytest.mark.parametrize('launch', [distributed.launch_torch,
+                                    distributed.launch_kvstore])
+def test_windows_gets_a_clear_error_and_no_process(launch, tmp_path,
+                                                   monkeypatch):
+    # The launcher stops a run through its process group (os.killpg,
+    # start_new_session), which Windows does not have.
+    monkeypatch.setattr(distributed.os, 'name', 'nt')
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(OSError, match=r'Linux or macOS.*WSL 2'):
+        launch(2, tmp_path / 'run')
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before
+    assert not (tmp_path / 'run').exists()  # nothing written either
