@@ -235,7 +235,8 @@ def main(argv=None):
                 timer.handed_over = timer.mark()
             timer.end_step(t0)
             optimizer.step()
-            if step == 1:  # FSDP: every process gathers the whole tensors
+            # FSDP: every process gathers the whole tensors
+            if step == 1 and (args.fsdp or rank == 0):
                 whole = {k: v.full_tensor() if args.fsdp else v for k, v in
                          model.module.state_dict().items()}
                 if rank == 0:

@@ -4,7 +4,7 @@ matplotlib draws text with DejaVu Sans, which has the Latin letters of the
 four lessons (French é à ç, Turkish ğ ş ı İ) but no Chinese characters: a
 Chinese title, label or legend came out as empty boxes, with the warning
 "Glyph ... missing from current font". The pins install `mplfonts`
-(requirements.txt), which ships Noto Sans CJK SC as a font file.
+(requirements-nodeps.txt), which ships Noto Sans CJK SC as a font file.
 `use_cjk_font()` registers that file with matplotlib's font manager, in
 memory only (no download, nothing written into site-packages or the
 matplotlib cache, unlike `mplfonts init`), and appends its family to
@@ -60,8 +60,9 @@ def use_cjk_font():
         if path is None:
             warnings.warn(error_message(
                 'The package mplfonts is not installed, so plots show '
-                'Chinese characters as empty boxes. It is in '
-                'requirements.txt: `pip install mplfonts==0.0.11`.'),
+                'Chinese characters as empty boxes. Install it without its '
+                'dependencies (it asks for a newer numpy than the pins): '
+                '`pip install --no-deps -r requirements-nodeps.txt`.'),
                 stacklevel=2)
             _registered.append(None)
         else:

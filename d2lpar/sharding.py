@@ -143,11 +143,7 @@ def gpipe_schedule(num_stages, num_microbatches):
     (stage, 'F' or 'B', micro-batch) that run at the same time. All
     forward passes come first, micro-batch j on stage s at tick j + s;
     then the backward passes, from the last stage back."""
-    k, m = num_stages, num_microbatches
-    if k < 1 or m < 1:
-        raise ValueError(error_message(
-            'num_stages and num_microbatches must be >= 1, got {k!r} and '
-            '{m!r}.', k=k, m=m))
+    k, m = _check_pipeline(num_stages, num_microbatches)
     ticks = []
     for t in range(m + k - 1):
         ticks.append([(s, 'F', t - s) for s in range(k) if 0 <= t - s < m])
@@ -157,10 +153,18 @@ def gpipe_schedule(num_stages, num_microbatches):
     return ticks
 
 
+def _check_pipeline(k, m):
+    if not (isinstance(k, int) and isinstance(m, int)) or k < 1 or m < 1:
+        raise ValueError(error_message(
+            'num_stages and num_microbatches must be >= 1, got {k!r} and '
+            '{m!r}.', k=k, m=m))
+    return k, m
+
+
 def bubble_fraction(num_stages, num_microbatches):
     """The share of time a stage of the GPipe schedule sits idle, when all
     stages take the same time: (k - 1) / (m + k - 1)."""
-    k, m = num_stages, num_microbatches
+    k, m = _check_pipeline(num_stages, num_microbatches)
     return (k - 1) / (m + k - 1)
 
 

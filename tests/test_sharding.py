@@ -174,7 +174,6 @@ def test_gpipe_schedule_and_its_bubble(k, m):
     idle = k * len(ticks) - len(work)
     assert idle / (k * len(ticks)) == pytest.approx(
         sharding.bubble_fraction(k, m))
-    assert sharding.bubble_fraction(k, m) == (k - 1) / (m + k - 1)
 
 
 def test_gpipe_step_gives_the_gradients_of_the_whole_batch(backend):
@@ -226,3 +225,15 @@ def test_collective_seconds():
     assert sharding.collective_seconds('all_gather', 8, 4, 1.0, 1.0) == 9.0
     with pytest.raises(ValueError, match='kind'):
         sharding.collective_seconds('broadcast', 1, 2, 1.0)
+
+
+@pytest.mark.parametrize('k, m, expected', [(1, 4, 0.0), (2, 4, 0.2),
+                                            (4, 4, 3 / 7), (4, 16, 3 / 19)])
+def test_the_bubble_of_a_few_schedules_by_hand(k, m, expected):
+    assert sharding.bubble_fraction(k, m) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize('k, m', [(0, 4), (2, 0), (1.5, 4)])
+def test_a_bubble_of_no_schedule_is_a_clear_error(k, m):
+    with pytest.raises(ValueError, match='num_stages and num_microbatches'):
+        sharding.bubble_fraction(k, m)

@@ -68,9 +68,13 @@ def compile_catalogs():
 
 def main(argv):
     steps = {'extract': [extract], 'update': [update],
-             'compile': [compile_catalogs]}
-    for step in steps.get(argv[1] if len(argv) > 1 else '',
-                          [extract, update, compile_catalogs]):
+             'compile': [compile_catalogs],
+             'all': [extract, update, compile_catalogs]}
+    step_name = argv[1] if len(argv) > 1 else 'all'
+    if step_name not in steps:
+        print(f'usage: {argv[0]} [extract|update|compile|all]')
+        return 2
+    for step in steps[step_name]:
         if step():
             return 1
     return 0
