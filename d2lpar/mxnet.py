@@ -11,6 +11,7 @@ import json
 import math
 import os
 import queue
+import sys
 import tempfile
 import threading
 import time
@@ -33,7 +34,6 @@ STAND_IN_THREADS = int(os.environ['OMP_NUM_THREADS'])
 # cores); a LeNet step queues more operators than 64.
 os.environ.setdefault('MXNET_CPU_TEMP_COPY', '256')
 
-from d2l import mxnet as _d2l  # noqa: E402
 import mxnet as mx  # noqa: E402
 from mxnet.base import _LIB, check_call  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
@@ -42,10 +42,11 @@ from mxnet.gluon import nn  # noqa: E402
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
+from d2lpar import sharding as _sharding  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
-    Animator, DataError, TrainResult, check_allreduce, check_devices,
+    Animator, DataError, TrainResult, check_devices,
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
     source_code, use_language,
@@ -53,20 +54,19 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     plot_drift,
     bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
     plot_memory, shard_bounds, zero_memory)
-from d2lpar.sharding import check_collective  # noqa: E402
+from d2lpar._timer import Timer  # noqa: E402
 from d2lpar.i18n import N_, error_message  # noqa: E402
 
 npx.set_np()
 
 __all__ = _common.SHARED + _common.BACKEND
 
-# Chinese text in every plot of the lesson, its own plt calls included: d2l
-# has imported matplotlib, so register the CJK font now (d2lpar/fonts.py).
-_fonts.use_cjk_font_if_loaded()
+# Chinese text in every plot of the lesson, its own plt calls included:
+# register the CJK font with matplotlib now (d2lpar/fonts.py).
+_fonts.use_cjk_font()
 
-# What d2l does well, reused as it is.
-Timer = _d2l.Timer
-sgd = _d2l.sgd
+# The generated part below calls d2lpar's functions as the lessons do.
+d2l = sys.modules[__name__]
 
 
 # --------------------------------------------------------------------------
@@ -305,39 +305,12 @@ def lenet_params():
             init((128, 10), 128), np.zeros(10)]
 
 
-def lenet(X, params):
-    """The LeNet-style network of the lesson, written with functions so
-    that its parameters can live on any device."""
-    h1_conv = npx.convolution(data=X, weight=params[0], bias=params[1],
-                              kernel=(3, 3), num_filter=20)
-    h1_activation = npx.relu(h1_conv)
-    h1 = npx.pooling(data=h1_activation, pool_type='avg', kernel=(2, 2),
-                     stride=(2, 2))
-    h2_conv = npx.convolution(data=h1, weight=params[2], bias=params[3],
-                              kernel=(5, 5), num_filter=50)
-    h2_activation = npx.relu(h2_conv)
-    h2 = npx.pooling(data=h2_activation, pool_type='avg', kernel=(2, 2),
-                     stride=(2, 2))
-    h2 = h2.reshape(h2.shape[0], -1)
-    h3_linear = np.dot(h2, params[4]) + params[5]
-    h3 = npx.relu(h3_linear)
-    y_hat = np.dot(h3, params[6]) + params[7]
-    return y_hat
-
-
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
 
 # --------------------------------------------------------------------------
 # Data parallelism from scratch
 # --------------------------------------------------------------------------
-def get_params(params, device):
-    """A copy of `params` on `device`, with gradients attached. Always a
-    copy, even on the same device, so every device owns its parameters."""
-    new_params = [p.copyto(device) for p in params]
-    for p in new_params:
-        p.attach_grad()
-    return new_params
 
 
 def _memory(x):
@@ -360,15 +333,25 @@ def _device_of(x):
     return x.ctx
 
 
-def allreduce(data):
-    """Sum the arrays of `data` (one per device) in place: afterwards every
-    one holds the elementwise sum. The first device gathers and adds up
-    everything, then sends the sum back (the book's simple version)."""
-    check_allreduce(data, memory_of=_memory, device_of=_device_of)
-    for i in range(1, len(data)):
-        np.add(data[0], data[i].as_in_ctx(data[0].ctx), out=data[0])
-    for i in range(1, len(data)):
-        data[0].copyto(data[i])
+def sgd(params, lr, batch_size):
+    """Minibatch stochastic gradient descent, as in the d2l book: each
+    parameter takes a step of `lr` against its gradient divided by
+    `batch_size`."""
+    for param in params:
+        param[:] = param - lr * param.grad / batch_size
+
+
+def check_allreduce(data):
+    """Check that `data` can be summed in place by `allreduce`: a list of
+    same-shape, same-dtype, distinct arrays, one per device."""
+    _common.check_allreduce(data, memory_of=_memory, device_of=_device_of)
+
+
+def check_collective(arrays, name, same_rows=True):
+    """Check the input of the collective `name` (`reduce_scatter`,
+    `all_gather`): a non-empty list of arrays, one per device."""
+    _sharding.check_collective(arrays, name, np.ndarray, _shape,
+                               same_rows=same_rows)
 
 
 def _flat(x):
@@ -398,65 +381,11 @@ def _copy_into(src, dst):
 def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
-    check_allreduce(data, memory_of=_memory, device_of=_device_of)
+    check_allreduce(data)
     _common.ring_allreduce_with(data, _flat, _copy_like,
                                 copy_into=_copy_into)
 
 
-def split_batch(X, y, devices):
-    """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
-    shard i on devices[i]. A ValueError if X and y differ in length or
-    there are fewer examples than devices."""
-    devices = check_split(len(X), len(y), devices)
-    return (gluon.utils.split_and_load(X, devices, even_split=False),
-            gluon.utils.split_and_load(y, devices, even_split=False))
-
-
-def forward_backward(X, y, params):
-    """The loss of the shard `X`, `y` on the device of `params`, and its
-    gradient, left in each parameter's ``.grad``."""
-    with autograd.record():
-        l = loss(lenet(X, params), y)
-    l.backward()
-
-
-def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
-    """One step of data-parallel minibatch SGD: split the batch, compute
-    loss and gradient on every device, sum the gradients with `reduce`,
-    and update every copy of the parameters."""
-    check_replicas(device_params, devices)
-    X_shards, y_shards = split_batch(X, y, devices)
-    # Every device computes the loss and gradient of its own shard. The
-    # engine queues the work of each device and returns at once, so the
-    # devices compute at the same time
-    for X_shard, y_shard, params, device in zip(
-            X_shards, y_shards, device_params, devices):
-        launch(device, forward_backward, X_shard, y_shard, params)
-    # Sum each gradient over all devices and give every device the sum
-    for i in range(len(device_params[0])):
-        reduce([params[i].grad for params in device_params])
-    # Every device applies the same update to its own copy of the model
-    for params in device_params:
-        sgd(params, lr, X.shape[0])  # divide by the whole batch size
-
-
-def evaluate_accuracy(net, data_iter, device=None):
-    """The fraction of examples of `data_iter` that `net` classifies
-    correctly, computed on `device` (default: the first GPU, else the
-    CPU)."""
-    device = try_gpu() if device is None else device
-    correct, total = 0, 0
-    for X, y in data_iter:
-        X, y = X.as_in_ctx(device), y.as_in_ctx(device)
-        y_hat = net(X).argmax(axis=1).astype(y.dtype)
-        correct += (y_hat == y).sum()  # stays on the device: no waiting
-        total += y.size
-    return float(correct) / total
-
-
-# `train` reads the same in d2lpar.torch: the lesson shows it as one
-# framework-free cell, and tests/test_notebooks.py keeps both copies equal
-# to that cell.
 def check_finite(params, epoch, lr):
     """Raise an error that names the epoch when `params` hold NaN or
     infinite values (training diverged), or when `lr` is not a finite
@@ -464,42 +393,6 @@ def check_finite(params, epoch, lr):
     if not all(bool(np.isfinite(p).all()) for p in params):
         raise _common.diverged(epoch, lr)
     _common.check_lr(lr)
-
-
-def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
-          num_test=None, params=None, reduce=allreduce, plot=True):
-    """Train the LeNet of the lesson from scratch with data parallelism on
-    `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
-    test accuracy per epoch, and return a `TrainResult` (test accuracy,
-    seconds per epoch, devices). `num_train` and `num_test` keep only
-    that many examples, for quick runs on a CPU."""
-    train_iter, test_iter = load_data_fashion_mnist(
-        batch_size, num_train, num_test)
-    devices = try_devices(num_gpus)
-    params = lenet_params() if params is None else params
-    # Copy the model parameters to every device
-    device_params = [get_params(params, d) for d in devices]
-    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
-                        ylim=[0, 1]) if plot else None
-    timer, accs, num_examples = Timer(), [], 0
-    for epoch in range(num_epochs):
-        timer.start()
-        for X, y in train_iter:
-            train_batch(X, y, device_params, devices, lr, reduce)
-            num_examples += len(y)
-        synchronize(devices)  # wait once per epoch, not once per batch
-        timer.stop()
-        # Stop with a clear error if training has diverged (NaN or inf)
-        check_finite(device_params[0], epoch, lr)
-        # Evaluate on the first device only: simple, though the others idle
-        accs.append(evaluate_accuracy(
-            lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
-        if animator:
-            animator.add(epoch + 1, (accs[-1],))
-    result = TrainResult(accs[-1], timer.avg(), [str(d) for d in devices],
-                         num_epochs, num_examples // num_epochs, accs)
-    print(result)
-    return result
 
 
 def _max_abs_diff(a, b):
@@ -519,11 +412,12 @@ def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
         num_test)
 
 
-def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
+def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
     """Run one step of `train_batch`, the same computation in the same
     order, and return its `Timeline`, with the results of each stage
     (split, forward and backward, allreduce, update) watched on the device
     that computes them."""
+    reduce = allreduce if reduce is None else reduce
     check_replicas(device_params, devices)
     with Timeline() as timeline:
         X_shards, y_shards = split_batch(X, y, devices)
@@ -544,100 +438,6 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
 # --------------------------------------------------------------------------
 # Concise implementation: ResNet-18 with a Gluon Trainer over contexts
 # --------------------------------------------------------------------------
-class Residual(nn.HybridBlock):
-    """The residual block of ResNet: two 3x3 convolutions with batch
-    normalization, plus a shortcut (a 1x1 convolution when the block
-    changes the number of channels or the resolution)."""
-
-    def __init__(self, in_channels, out_channels, use_1x1conv=False,
-                 strides=1, **kwargs):
-        super().__init__(**kwargs)
-        self.conv1 = nn.Conv2D(out_channels, kernel_size=3, padding=1,
-                               strides=strides, in_channels=in_channels)
-        self.conv2 = nn.Conv2D(out_channels, kernel_size=3, padding=1,
-                               in_channels=out_channels)
-        self.conv3 = nn.Conv2D(out_channels, kernel_size=1, strides=strides,
-                               in_channels=in_channels) if use_1x1conv else None
-        self.bn1 = nn.BatchNorm(in_channels=out_channels)
-        self.bn2 = nn.BatchNorm(in_channels=out_channels)
-
-    def hybrid_forward(self, F, X):
-        Y = F.npx.relu(self.bn1(self.conv1(X)))
-        Y = self.bn2(self.conv2(Y))
-        if self.conv3 is not None:
-            X = self.conv3(X)
-        return F.npx.relu(Y + X)
-
-
-def resnet18(num_classes=10, in_channels=1, width=64):
-    """The book's ResNet-18 for small images: a 3x3 first convolution and
-    no max-pooling, four stages of two residual blocks with `width`,
-    2 `width`, 4 `width` and 8 `width` channels, global average pooling
-    and a dense layer, initialized (Xavier) on the CPU. The book uses
-    ``width=64``; a CPU trains a thinner network (e.g. 8) in seconds
-    rather than minutes."""
-    def resnet_block(in_channels, out_channels, num_residuals,
-                     first_block=False):
-        blk = nn.HybridSequential()
-        for i in range(num_residuals):
-            if i == 0 and not first_block:
-                blk.add(Residual(in_channels, out_channels,
-                                 use_1x1conv=True, strides=2))
-            else:
-                blk.add(Residual(out_channels, out_channels))
-        return blk
-
-    net = nn.HybridSequential()
-    net.add(nn.Conv2D(width, kernel_size=3, strides=1, padding=1,
-                      in_channels=in_channels),
-            nn.BatchNorm(in_channels=width), nn.Activation('relu'),
-            resnet_block(width, width, 2, first_block=True),
-            resnet_block(width, 2 * width, 2),
-            resnet_block(2 * width, 4 * width, 2),
-            resnet_block(4 * width, 8 * width, 2),
-            nn.GlobalAvgPool2D(), nn.Dense(num_classes, in_units=8 * width))
-    net.initialize(mx.init.Xavier(), ctx=cpu())
-    return net
-
-
-def fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
-        warmup_epochs, report):
-    """The training loop of `train_concise`. Each global batch of
-    `batch_size` examples is cut into one shard per device; each device
-    computes the loss of its shard and its gradient; the `Trainer` sums
-    the gradients of all devices (its KVStore) and updates every copy of
-    the parameters. After each epoch, ``report(epoch, test accuracy,
-    seconds the epoch's training took)``."""
-    X_train, y_train, _, _, _ = fashion_mnist_arrays(num_train, num_test)
-    _, test_iter = load_data_fashion_mnist(256, num_train, num_test)
-    steps_per_epoch = len(y_train) // batch_size
-    total_steps = steps_per_epoch * num_epochs
-    warmup_steps = round(warmup_epochs * steps_per_epoch)
-    trainer = gluon.Trainer(net.collect_params(), 'sgd',
-                            {'learning_rate': lr})
-    loss = gluon.loss.SoftmaxCrossEntropyLoss()
-    step = 0
-    for epoch in range(num_epochs):
-        timer = Timer()
-        for idx in epoch_shards(len(y_train), batch_size, seed=epoch):
-            X_shards, y_shards = split_batch(
-                np.array(X_train[idx]), np.array(y_train[idx]), devices)
-            trainer.set_learning_rate(learning_rate(step, lr, warmup_steps,
-                                                    total_steps))
-            with autograd.record():
-                ls = [loss(net(X_shard), y_shard)
-                      for X_shard, y_shard in zip(X_shards, y_shards)]
-            for l in ls:
-                l.backward()
-            trainer.step(batch_size)  # sum over devices, divide by batch
-            step += 1
-        npx.waitall()
-        seconds = timer.stop()
-        # Stop with a clear error if training has diverged (NaN or inf)
-        check_finite([p.data(devices[0]) for p in
-                      net.collect_params().values()], epoch, lr)
-        # Outside autograd.record, batch norm uses its running statistics
-        report(epoch, evaluate_accuracy(net, test_iter, devices[0]), seconds)
 
 
 def train_concise(net, devices, batch_size, lr, num_epochs=10,
@@ -701,29 +501,6 @@ def distributed_commands(hosts, workers_per_host=1, port=29500,
 # --------------------------------------------------------------------------
 # Lesson 5: beyond data parallelism
 # --------------------------------------------------------------------------
-def reduce_scatter(data):
-    """Sum the arrays of `data` (one per device, same shape) and leave
-    shard i of the sum on device i: the rows that ``np.array_split`` gives
-    shard i, added up in the order of the devices (as `allreduce` adds).
-    The inputs are not changed."""
-    check_collective(data, 'reduce_scatter', np.ndarray, _shape)
-    b = shard_bounds(len(data[0]), len(data))
-    shards = []
-    for i, x in enumerate(data):  # device i adds up its rows
-        shard = data[0][b[i]:b[i + 1]].copyto(x.ctx)
-        for j in range(1, len(data)):
-            shard = shard + data[j][b[i]:b[i + 1]].as_in_ctx(x.ctx)
-        shards.append(shard)
-    return shards
-
-
-def all_gather(shards):
-    """Give every device the whole array: the shards (shard i on device i)
-    put back together in order. The shards are not changed."""
-    check_collective(shards, 'all_gather', np.ndarray, _shape,
-                     same_rows=False)
-    return [np.concatenate([s.as_in_ctx(x.ctx) for s in shards])
-            for x in shards]
 
 
 def _shape(x):
@@ -762,66 +539,9 @@ def adam(param, grad, moments, *, lr, step):
     param[:] = param - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
 
 
-def zero_replicas(flat, devices, stage):
-    """What each device keeps between steps, for data parallelism
-    (`stage` 0) or ZeRO stage 1, 2 or 3: the parameters, the gradients and
-    Adam's m and v, whole or only the device's shard."""
-    b = shard_bounds(len(flat), len(devices))
-    replicas = []
-    for i, device in enumerate(devices):
-        n = b[i + 1] - b[i]  # the length of this device's shard
-        replicas.append({
-            'params': (flat[b[i]:b[i + 1]] if stage >= 3 else flat).copyto(
-                device),
-            'grads': np.zeros(n if stage >= 2 else len(flat), ctx=device),
-            'm': np.zeros(n if stage >= 1 else len(flat), ctx=device),
-            'v': np.zeros(n if stage >= 1 else len(flat), ctx=device)})
-    return replicas
-
-
 def held_bytes(replica):
     """Bytes of the arrays that one device keeps between steps."""
     return sum(x.size * x.dtype.itemsize for x in replica.values())
-
-
-def zero_step(X, y, replicas, *, devices, lr, step, stage):
-    """One step of Adam with data parallelism (`stage` 0) or ZeRO stage
-    1, 2 or 3 on `devices`; `replicas` come from `zero_replicas`."""
-    X_shards, y_shards = split_batch(X, y, devices)
-    # 1. Each device needs all the parameters for its forward and backward
-    # pass; with ZeRO-3 they are gathered for this step only
-    if stage == 3:
-        full = all_gather([r['params'] for r in replicas])
-    else:
-        full = [r['params'] for r in replicas]
-    # 2. Each device computes the gradient on its part of the batch
-    grads = []
-    for X_i, y_i, p in zip(X_shards, y_shards, full):
-        p = p.copy()
-        p.attach_grad()
-        with autograd.record():
-            l = loss(mlp(X_i, p), y_i).sum() / X.shape[0]
-        l.backward()
-        grads.append(p.grad)
-    if stage == 0:  # 3. Everyone sums everything and updates everything
-        allreduce(grads)
-        for r, g in zip(replicas, grads):
-            r['grads'][:] = g
-            adam(r['params'], r['grads'], (r['m'], r['v']), lr=lr, step=step)
-        return
-    # 3. ZeRO: device i sums only shard i of the gradient and updates only
-    # shard i of the parameters, with its shard of m and v
-    b = shard_bounds(len(full[0]), len(devices))
-    for i, (r, g) in enumerate(zip(replicas, reduce_scatter(grads))):
-        r['grads'][:] = grads[i] if stage == 1 else g  # ZeRO-1: whole
-        mine = r['params'] if stage == 3 else r['params'][b[i]:b[i + 1]]
-        adam(mine, g, (r['m'], r['v']), lr=lr, step=step)
-    # 4. ZeRO-1 and 2: every device gets all the new parameters back
-    if stage < 3:
-        new = all_gather([r['params'][b[i]:b[i + 1]]
-                          for i, r in enumerate(replicas)])
-        for r, p in zip(replicas, new):
-            r['params'][:] = p
 
 
 def pipeline_params(width=512):
@@ -882,17 +602,338 @@ def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
     return float(sum(float(l) for l in losses))
 
 
+# Everything below this line is generated by `python3 tools/notebooks.py
+# build` from the #@save functions of these lessons, in this order:
+#   notebooks/en/auto-parallelism.md
+#   notebooks/en/multiple-gpus.md
+#   notebooks/en/multiple-gpus-concise.md
+#   notebooks/en/distributed.md
+#   notebooks/en/beyond-data-parallelism.md
+# Edit the lessons, not this part: `make check-notebooks` fails on a
+# difference.
+
+
+# From notebooks/en/multiple-gpus.md
+def lenet(X, params):
+    """The LeNet-style network of the lesson, written with functions so
+    that its parameters can live on any device."""
+    h1_conv = npx.convolution(data=X, weight=params[0], bias=params[1],
+                              kernel=(3, 3), num_filter=20)
+    h1_activation = npx.relu(h1_conv)
+    h1 = npx.pooling(data=h1_activation, pool_type='avg', kernel=(2, 2),
+                     stride=(2, 2))
+    h2_conv = npx.convolution(data=h1, weight=params[2], bias=params[3],
+                              kernel=(5, 5), num_filter=50)
+    h2_activation = npx.relu(h2_conv)
+    h2 = npx.pooling(data=h2_activation, pool_type='avg', kernel=(2, 2),
+                     stride=(2, 2))
+    h2 = h2.reshape(h2.shape[0], -1)
+    h3_linear = np.dot(h2, params[4]) + params[5]
+    h3 = npx.relu(h3_linear)
+    y_hat = np.dot(h3, params[6]) + params[7]
+    return y_hat
+
+
+def get_params(params, device):
+    """A copy of `params` on `device`, with gradients attached. Always a
+    copy, even on the same device, so every device owns its parameters."""
+    new_params = [p.copyto(device) for p in params]
+    for p in new_params:
+        p.attach_grad()
+    return new_params
+
+
+def allreduce(data):
+    """Sum the arrays of `data` (one per device) in place: afterwards every
+    one holds the elementwise sum. The first device gathers and adds up
+    everything, then sends the sum back (the book's simple version)."""
+    d2l.check_allreduce(data)
+    for i in range(1, len(data)):
+        np.add(data[0], data[i].as_in_ctx(data[0].ctx), out=data[0])
+    for i in range(1, len(data)):
+        data[0].copyto(data[i])
+
+
+def split_batch(X, y, devices):
+    """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
+    shard i on devices[i]. A ValueError if X and y differ in length or
+    there are fewer examples than devices."""
+    devices = d2l.check_split(len(X), len(y), devices)
+    return (gluon.utils.split_and_load(X, devices, even_split=False),
+            gluon.utils.split_and_load(y, devices, even_split=False))
+
+
+def forward_backward(X, y, params):
+    """The loss of the shard `X`, `y` on the device of `params`, and its
+    gradient, left in each parameter's ``.grad``."""
+    with autograd.record():
+        l = loss(lenet(X, params), y)
+    l.backward()
+
+
+def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    """One step of data-parallel minibatch SGD: split the batch, compute
+    loss and gradient on every device, sum the gradients with `reduce`,
+    and update every copy of the parameters."""
+    d2l.check_replicas(device_params, devices)
+    X_shards, y_shards = split_batch(X, y, devices)
+    # Every device computes the loss and gradient of its own shard. The
+    # engine queues the work of each device and returns at once, so the
+    # devices compute at the same time
+    for X_shard, y_shard, params, device in zip(
+            X_shards, y_shards, device_params, devices):
+        d2l.launch(device, forward_backward, X_shard, y_shard, params)
+    # Sum each gradient over all devices and give every device the sum
+    for i in range(len(device_params[0])):
+        reduce([params[i].grad for params in device_params])
+    # Every device applies the same update to its own copy of the model
+    for params in device_params:
+        d2l.sgd(params, lr, X.shape[0])  # divide by the whole batch size
+
+
+def evaluate_accuracy(net, data_iter, device=None):
+    """The fraction of examples of `data_iter` that `net` classifies
+    correctly, computed on `device` (default: the first GPU, else the
+    CPU)."""
+    device = d2l.try_gpu() if device is None else device
+    correct, total = 0, 0
+    for X, y in data_iter:
+        X, y = X.as_in_ctx(device), y.as_in_ctx(device)
+        y_hat = net(X).argmax(axis=1).astype(y.dtype)
+        correct += (y_hat == y).sum()  # stays on the device: no waiting
+        total += y.size
+    return float(correct) / total
+
+
+def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
+          num_test=None, params=None, reduce=allreduce, plot=True):
+    """Train the LeNet of the lesson from scratch with data parallelism on
+    `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
+    test accuracy per epoch, and return a `TrainResult` (test accuracy,
+    seconds per epoch, devices). `num_train` and `num_test` keep only
+    that many examples, for quick runs on a CPU."""
+    train_iter, test_iter = d2l.load_data_fashion_mnist(
+        batch_size, num_train, num_test)
+    devices = d2l.try_devices(num_gpus)
+    params = d2l.lenet_params() if params is None else params
+    # Copy the model parameters to every device
+    device_params = [get_params(params, d) for d in devices]
+    animator = d2l.Animator('epoch', 'test acc', xlim=[1, num_epochs],
+                            ylim=[0, 1]) if plot else None
+    timer, accs, num_examples = d2l.Timer(), [], 0
+    for epoch in range(num_epochs):
+        timer.start()
+        for X, y in train_iter:
+            train_batch(X, y, device_params, devices, lr, reduce)
+            num_examples += len(y)
+        d2l.synchronize(devices)  # wait once per epoch, not once per batch
+        timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        d2l.check_finite(device_params[0], epoch, lr)
+        # Evaluate on the first device only: simple, though the others idle
+        accs.append(evaluate_accuracy(
+            lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
+        if animator:
+            animator.add(epoch + 1, (accs[-1],))
+    result = d2l.TrainResult(accs[-1], timer.avg(),
+                             [str(d) for d in devices], num_epochs,
+                             num_examples // num_epochs, accs)
+    print(result)
+    return result
+
+
+# From notebooks/en/multiple-gpus-concise.md
+class Residual(nn.HybridBlock):
+    """The residual block of ResNet: two 3x3 convolutions with batch
+    normalization, plus a shortcut (a 1x1 convolution when the block
+    changes the number of channels or the resolution)."""
+
+    def __init__(self, in_channels, out_channels, use_1x1conv=False,
+                 strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.conv1 = nn.Conv2D(out_channels, kernel_size=3, padding=1,
+                               strides=strides, in_channels=in_channels)
+        self.conv2 = nn.Conv2D(out_channels, kernel_size=3, padding=1,
+                               in_channels=out_channels)
+        self.conv3 = nn.Conv2D(out_channels, kernel_size=1, strides=strides,
+                               in_channels=in_channels) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm(in_channels=out_channels)
+        self.bn2 = nn.BatchNorm(in_channels=out_channels)
+
+    def hybrid_forward(self, F, X):
+        Y = F.npx.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3 is not None:
+            X = self.conv3(X)
+        return F.npx.relu(Y + X)
+
+
+def resnet18(num_classes=10, in_channels=1, width=64):
+    """The book's ResNet-18 for small images: a 3x3 first convolution and
+    no max-pooling, four stages of two residual blocks with `width`,
+    2 `width`, 4 `width` and 8 `width` channels, global average pooling
+    and a dense layer, initialized (Xavier) on the CPU. The book uses
+    ``width=64``; a CPU trains a thinner network (e.g. 8) in seconds
+    rather than minutes."""
+    def resnet_block(in_channels, out_channels, num_residuals,
+                     first_block=False):
+        blk = nn.HybridSequential()
+        for i in range(num_residuals):
+            if i == 0 and not first_block:
+                blk.add(Residual(in_channels, out_channels,
+                                 use_1x1conv=True, strides=2))
+            else:
+                blk.add(Residual(out_channels, out_channels))
+        return blk
+
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(width, kernel_size=3, strides=1, padding=1,
+                      in_channels=in_channels),
+            nn.BatchNorm(in_channels=width), nn.Activation('relu'),
+            resnet_block(width, width, 2, first_block=True),
+            resnet_block(width, 2 * width, 2),
+            resnet_block(2 * width, 4 * width, 2),
+            resnet_block(4 * width, 8 * width, 2),
+            nn.GlobalAvgPool2D(), nn.Dense(num_classes, in_units=8 * width))
+    net.initialize(mx.init.Xavier(), ctx=d2l.cpu())
+    return net
+
+
+def fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
+        warmup_epochs, report):
+    """The training loop of `train_concise`. Each global batch of
+    `batch_size` examples is cut into one shard per device; each device
+    computes the loss of its shard and its gradient; the `Trainer` sums
+    the gradients of all devices (its KVStore) and updates every copy of
+    the parameters. After each epoch, ``report(epoch, test accuracy,
+    seconds the epoch's training took)``."""
+    X_train, y_train, _, _, _ = d2l.fashion_mnist_arrays(num_train, num_test)
+    _, test_iter = d2l.load_data_fashion_mnist(256, num_train, num_test)
+    steps_per_epoch = len(y_train) // batch_size
+    total_steps = steps_per_epoch * num_epochs
+    warmup_steps = round(warmup_epochs * steps_per_epoch)
+    trainer = gluon.Trainer(net.collect_params(), 'sgd',
+                            {'learning_rate': lr})
+    loss = gluon.loss.SoftmaxCrossEntropyLoss()
+    step = 0
+    for epoch in range(num_epochs):
+        timer = d2l.Timer()
+        for idx in d2l.epoch_shards(len(y_train), batch_size, seed=epoch):
+            X_shards, y_shards = d2l.split_batch(
+                np.array(X_train[idx]), np.array(y_train[idx]), devices)
+            trainer.set_learning_rate(d2l.learning_rate(
+                step, lr, warmup_steps, total_steps))
+            with autograd.record():
+                ls = [loss(net(X_shard), y_shard)
+                      for X_shard, y_shard in zip(X_shards, y_shards)]
+            for l in ls:
+                l.backward()
+            trainer.step(batch_size)  # sum over devices, divide by batch
+            step += 1
+        npx.waitall()
+        seconds = timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        d2l.check_finite([p.data(devices[0]) for p in
+                          net.collect_params().values()], epoch, lr)
+        # Outside autograd.record, batch norm uses its running statistics
+        report(epoch, d2l.evaluate_accuracy(net, test_iter, devices[0]),
+               seconds)
+
+
+# From notebooks/en/beyond-data-parallelism.md
+def reduce_scatter(data):
+    """Sum the arrays of `data` (one per device, same shape) and leave
+    shard i of the sum on device i: the rows that ``np.array_split`` gives
+    shard i, added up in the order of the devices (as `allreduce` adds).
+    The inputs are not changed."""
+    d2l.check_collective(data, 'reduce_scatter')
+    b = d2l.shard_bounds(len(data[0]), len(data))
+    shards = []
+    for i, x in enumerate(data):  # device i adds up its rows
+        shard = data[0][b[i]:b[i + 1]].copyto(x.ctx)
+        for j in range(1, len(data)):
+            shard = shard + data[j][b[i]:b[i + 1]].as_in_ctx(x.ctx)
+        shards.append(shard)
+    return shards
+
+
+def all_gather(shards):
+    """Give every device the whole array: the shards (shard i on device i)
+    put back together in order. The shards are not changed."""
+    d2l.check_collective(shards, 'all_gather', same_rows=False)
+    return [np.concatenate([s.as_in_ctx(x.ctx) for s in shards])
+            for x in shards]
+
+
+def zero_replicas(flat, devices, stage):
+    """What each device keeps between steps, for data parallelism
+    (`stage` 0) or ZeRO stage 1, 2 or 3: the parameters, the gradients and
+    Adam's m and v, whole or only the device's shard."""
+    b = d2l.shard_bounds(len(flat), len(devices))
+    replicas = []
+    for i, device in enumerate(devices):
+        n = b[i + 1] - b[i]  # the length of this device's shard
+        replicas.append({
+            'params': (flat[b[i]:b[i + 1]] if stage >= 3 else flat).copyto(
+                device),
+            'grads': np.zeros(n if stage >= 2 else len(flat), ctx=device),
+            'm': np.zeros(n if stage >= 1 else len(flat), ctx=device),
+            'v': np.zeros(n if stage >= 1 else len(flat), ctx=device)})
+    return replicas
+
+
+def zero_step(X, y, replicas, *, devices, lr, step, stage):
+    """One step of Adam with data parallelism (`stage` 0) or ZeRO stage
+    1, 2 or 3 on `devices`; `replicas` come from `zero_replicas`."""
+    X_shards, y_shards = d2l.split_batch(X, y, devices)
+    # 1. Each device needs all the parameters for its forward and backward
+    # pass; with ZeRO-3 they are gathered for this step only
+    if stage == 3:
+        full = all_gather([r['params'] for r in replicas])
+    else:
+        full = [r['params'] for r in replicas]
+    # 2. Each device computes the gradient on its part of the batch
+    grads = []
+    for X_i, y_i, p in zip(X_shards, y_shards, full):
+        p = p.copy()
+        p.attach_grad()
+        with autograd.record():
+            l = d2l.loss(d2l.mlp(X_i, p), y_i).sum() / X.shape[0]
+        l.backward()
+        grads.append(p.grad)
+    if stage == 0:  # 3. Everyone sums everything and updates everything
+        d2l.allreduce(grads)
+        for r, g in zip(replicas, grads):
+            r['grads'][:] = g
+            d2l.adam(r['params'], r['grads'], (r['m'], r['v']), lr=lr,
+                     step=step)
+        return
+    # 3. ZeRO: device i sums only shard i of the gradient and updates only
+    # shard i of the parameters, with its shard of m and v
+    b = d2l.shard_bounds(len(full[0]), len(devices))
+    for i, (r, g) in enumerate(zip(replicas, reduce_scatter(grads))):
+        r['grads'][:] = grads[i] if stage == 1 else g  # ZeRO-1: whole
+        mine = r['params'] if stage == 3 else r['params'][b[i]:b[i + 1]]
+        d2l.adam(mine, g, (r['m'], r['v']), lr=lr, step=step)
+    # 4. ZeRO-1 and 2: every device gets all the new parameters back
+    if stage < 3:
+        new = all_gather([r['params'][b[i]:b[i + 1]]
+                          for i, r in enumerate(replicas)])
+        for r, p in zip(replicas, new):
+            r['params'][:] = p
+
+
 def split_columns(W, b, devices):
     """A linear layer split by columns (Megatron-LM): device i gets its
     columns of the weight `W` (inputs x outputs) and of the bias `b`."""
-    c = shard_bounds(W.shape[1], len(devices))
+    c = d2l.shard_bounds(W.shape[1], len(devices))
     return [(W[:, c[i]:c[i + 1]].copyto(d), b[c[i]:c[i + 1]].copyto(d))
             for i, d in enumerate(devices)]
 
 
 def split_rows(W, devices):
     """A linear layer split by rows: device i gets its rows of `W`."""
-    r = shard_bounds(W.shape[0], len(devices))
+    r = d2l.shard_bounds(W.shape[0], len(devices))
     return [W[r[i]:r[i + 1]].copyto(d) for i, d in enumerate(devices)]
 
 
@@ -905,5 +946,5 @@ def tensor_parallel_mlp(X, columns, rows, *, b2):
     for (W1_i, b1_i), W2_i in zip(columns, rows):
         H_i = npx.relu(np.dot(X.as_in_ctx(W1_i.ctx), W1_i) + b1_i)
         partial.append(np.dot(H_i, W2_i))  # its share of the output
-    allreduce(partial)
+    d2l.allreduce(partial)
     return [Y + b2.as_in_ctx(Y.ctx) for Y in partial]

@@ -10,6 +10,7 @@ import io
 import math
 import os
 import pickle
+import sys
 import tempfile
 import time
 
@@ -19,7 +20,6 @@ os.environ.setdefault('KINETO_LOG_LEVEL', '5')
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from d2l import torch as _d2l  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
@@ -31,11 +31,12 @@ from torch.profiler import (  # noqa: E402
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
+from d2lpar import sharding as _sharding  # noqa: E402
 from d2lpar import standins as _standins  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
-    Animator, DataError, TrainResult, check_allreduce, check_devices,
+    Animator, DataError, TrainResult, check_devices,
     check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
     learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
     source_code, use_language,
@@ -43,18 +44,17 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     plot_drift,
     bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
     plot_memory, shard_bounds, zero_memory)
-from d2lpar.sharding import check_collective  # noqa: E402
+from d2lpar._timer import Timer  # noqa: E402
 from d2lpar.i18n import N_, error_message  # noqa: E402
 
 __all__ = _common.SHARED + _common.BACKEND
 
-# Chinese text in every plot of the lesson, its own plt calls included: d2l
-# has imported matplotlib, so register the CJK font now (d2lpar/fonts.py).
-_fonts.use_cjk_font_if_loaded()
+# Chinese text in every plot of the lesson, its own plt calls included:
+# register the CJK font with matplotlib now (d2lpar/fonts.py).
+_fonts.use_cjk_font()
 
-# What d2l does well, reused as it is.
-Timer = _d2l.Timer
-sgd = _d2l.sgd
+# The generated part below calls d2lpar's functions as the lessons do.
+d2l = sys.modules[__name__]
 
 
 # --------------------------------------------------------------------------
@@ -355,35 +355,12 @@ def lenet_params():
             init((128, 10), 128), torch.zeros(10)]
 
 
-def lenet(X, params):
-    """The LeNet-style network of the lesson, written with functions so
-    that its parameters can live on any device."""
-    h1_conv = F.conv2d(input=X, weight=params[0], bias=params[1])
-    h1_activation = F.relu(h1_conv)
-    h1 = F.avg_pool2d(input=h1_activation, kernel_size=(2, 2), stride=(2, 2))
-    h2_conv = F.conv2d(input=h1, weight=params[2], bias=params[3])
-    h2_activation = F.relu(h2_conv)
-    h2 = F.avg_pool2d(input=h2_activation, kernel_size=(2, 2), stride=(2, 2))
-    h2 = h2.reshape(h2.shape[0], -1)
-    h3_linear = torch.mm(h2, params[4]) + params[5]
-    h3 = F.relu(h3_linear)
-    y_hat = torch.mm(h3, params[6]) + params[7]
-    return y_hat
-
-
 loss = nn.CrossEntropyLoss(reduction='none')
 
 
 # --------------------------------------------------------------------------
 # Data parallelism from scratch
 # --------------------------------------------------------------------------
-def get_params(params, device):
-    """A copy of `params` on `device`, with gradients attached. Always a
-    copy, even on the same device, so every device owns its parameters."""
-    new_params = [p.detach().to(device, copy=True) for p in params]
-    for p in new_params:
-        p.requires_grad_()
-    return new_params
 
 
 def _memory(x):
@@ -394,16 +371,27 @@ def _device_of(x):
     return x.device
 
 
-def allreduce(data):
-    """Sum the arrays of `data` (one per device) in place: afterwards every
-    one holds the elementwise sum. The first device gathers and adds up
-    everything, then sends the sum back (the book's simple version)."""
-    check_allreduce(data, memory_of=_memory, device_of=_device_of)
+def sgd(params, lr, batch_size):
+    """Minibatch stochastic gradient descent, as in the d2l book: each
+    parameter takes a step of `lr` against its gradient divided by
+    `batch_size`, and its gradient is set to zero."""
     with torch.no_grad():
-        for i in range(1, len(data)):
-            data[0].add_(data[i].to(data[0].device))
-        for i in range(1, len(data)):
-            data[i].copy_(data[0])
+        for param in params:
+            param -= lr * param.grad / batch_size
+            param.grad.zero_()
+
+
+def check_allreduce(data):
+    """Check that `data` can be summed in place by `allreduce`: a list of
+    same-shape, same-dtype, distinct arrays, one per device."""
+    _common.check_allreduce(data, memory_of=_memory, device_of=_device_of)
+
+
+def check_collective(arrays, name, same_rows=True):
+    """Check the input of the collective `name` (`reduce_scatter`,
+    `all_gather`): a non-empty list of arrays, one per device."""
+    _sharding.check_collective(arrays, name, torch.Tensor, _shape,
+                               same_rows=same_rows)
 
 
 def _flat(x):
@@ -421,69 +409,11 @@ def _copy_like(src, dst):
 def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
-    check_allreduce(data, memory_of=_memory, device_of=_device_of)
+    check_allreduce(data)
     with torch.no_grad():
         _common.ring_allreduce_with(data, _flat, _copy_like)
 
 
-def split_batch(X, y, devices):
-    """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
-    shard i on devices[i]. A ValueError if X and y differ in length or
-    there are fewer examples than devices."""
-    devices = check_split(len(X), len(y), devices)
-    k = len(devices)
-    return ([x.to(d, non_blocking=True)
-             for x, d in zip(X.tensor_split(k), devices)],
-            [t.to(d, non_blocking=True)
-             for t, d in zip(y.tensor_split(k), devices)])
-
-
-def forward_backward(X, y, params):
-    """The loss of the shard `X`, `y` on the device of `params`, and its
-    gradient, left in each parameter's ``.grad``."""
-    loss(lenet(X, params), y).sum().backward()
-
-
-def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
-    """One step of data-parallel minibatch SGD: split the batch, compute
-    loss and gradient on every device, sum the gradients with `reduce`,
-    and update every copy of the parameters."""
-    check_replicas(device_params, devices)
-    X_shards, y_shards = split_batch(X, y, devices)
-    # Every device computes the loss and gradient of its own shard. launch
-    # queues the work on the device (on a CPU stand-in: on its own worker
-    # thread), so the devices compute at the same time
-    jobs = [launch(device, forward_backward, X_shard, y_shard, params)
-            for X_shard, y_shard, params, device in zip(
-                X_shards, y_shards, device_params, devices)]
-    for job in jobs:  # a stand-in's gradients exist once its job is done
-        job.result()
-    # Sum each gradient over all devices and give every device the sum
-    with torch.no_grad():
-        for i in range(len(device_params[0])):
-            reduce([params[i].grad for params in device_params])
-    # Every device applies the same update to its own copy of the model
-    for params in device_params:
-        sgd(params, lr, X.shape[0])  # divide by the whole batch size
-
-
-def evaluate_accuracy(net, data_iter, device=None):
-    """The fraction of examples of `data_iter` that `net` classifies
-    correctly, computed on `device` (default: the first GPU, else the
-    CPU)."""
-    device = try_gpu() if device is None else device
-    correct, total = 0, 0
-    with torch.no_grad():
-        for X, y in data_iter:
-            X, y = X.to(device), y.to(device)
-            correct += (net(X).argmax(axis=1) == y).sum()  # stays on device
-            total += y.numel()
-    return float(correct) / total
-
-
-# `train` reads the same in d2lpar.mxnet: the lesson shows it as one
-# framework-free cell, and tests/test_notebooks.py keeps both copies equal
-# to that cell.
 def check_finite(params, epoch, lr):
     """Raise an error that names the epoch when `params` hold NaN or
     infinite values (training diverged), or when `lr` is not a finite
@@ -491,42 +421,6 @@ def check_finite(params, epoch, lr):
     if not all(bool(torch.isfinite(p).all()) for p in params):
         raise _common.diverged(epoch, lr)
     _common.check_lr(lr)
-
-
-def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
-          num_test=None, params=None, reduce=allreduce, plot=True):
-    """Train the LeNet of the lesson from scratch with data parallelism on
-    `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
-    test accuracy per epoch, and return a `TrainResult` (test accuracy,
-    seconds per epoch, devices). `num_train` and `num_test` keep only
-    that many examples, for quick runs on a CPU."""
-    train_iter, test_iter = load_data_fashion_mnist(
-        batch_size, num_train, num_test)
-    devices = try_devices(num_gpus)
-    params = lenet_params() if params is None else params
-    # Copy the model parameters to every device
-    device_params = [get_params(params, d) for d in devices]
-    animator = Animator('epoch', 'test acc', xlim=[1, num_epochs],
-                        ylim=[0, 1]) if plot else None
-    timer, accs, num_examples = Timer(), [], 0
-    for epoch in range(num_epochs):
-        timer.start()
-        for X, y in train_iter:
-            train_batch(X, y, device_params, devices, lr, reduce)
-            num_examples += len(y)
-        synchronize(devices)  # wait once per epoch, not once per batch
-        timer.stop()
-        # Stop with a clear error if training has diverged (NaN or inf)
-        check_finite(device_params[0], epoch, lr)
-        # Evaluate on the first device only: simple, though the others idle
-        accs.append(evaluate_accuracy(
-            lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
-        if animator:
-            animator.add(epoch + 1, (accs[-1],))
-    result = TrainResult(accs[-1], timer.avg(), [str(d) for d in devices],
-                         num_epochs, num_examples // num_epochs, accs)
-    print(result)
-    return result
 
 
 def _max_abs_diff(a, b):
@@ -546,12 +440,13 @@ def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
         num_test)
 
 
-def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
+def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
     """Run one step of `train_batch`, the same computation in the same
     order, and return its `Timeline`: the split, the allreduce and the
     update are marked with ``torch.profiler.record_function``; on CPU
     stand-ins each device's forward and backward pass is a bar of its
     own row."""
+    reduce = allreduce if reduce is None else reduce
     check_replicas(device_params, devices)
     with Timeline() as timeline:
         with record_function('split'):
@@ -573,132 +468,6 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=allreduce):
 # --------------------------------------------------------------------------
 # Concise implementation: ResNet-18 with DistributedDataParallel
 # --------------------------------------------------------------------------
-class Residual(nn.Module):
-    """The residual block of ResNet: two 3x3 convolutions with batch
-    normalization, plus a shortcut (a 1x1 convolution when the block
-    changes the number of channels or the resolution)."""
-
-    def __init__(self, in_channels, out_channels, use_1x1conv=False,
-                 strides=1):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, out_channels, kernel_size=3,
-                               padding=1, stride=strides)
-        self.conv2 = nn.Conv2d(out_channels, out_channels, kernel_size=3,
-                               padding=1)
-        self.conv3 = nn.Conv2d(in_channels, out_channels, kernel_size=1,
-                               stride=strides) if use_1x1conv else None
-        self.bn1 = nn.BatchNorm2d(out_channels)
-        self.bn2 = nn.BatchNorm2d(out_channels)
-
-    def forward(self, X):
-        Y = F.relu(self.bn1(self.conv1(X)))
-        Y = self.bn2(self.conv2(Y))
-        if self.conv3 is not None:
-            X = self.conv3(X)
-        return F.relu(Y + X)
-
-
-def resnet18(num_classes=10, in_channels=1, width=64):
-    """The book's ResNet-18 for small images: a 3x3 first convolution and
-    no max-pooling, four stages of two residual blocks with `width`,
-    2 `width`, 4 `width` and 8 `width` channels, global average pooling
-    and a dense layer. The book uses ``width=64``; a CPU trains a thinner
-    network (e.g. 8) in seconds rather than minutes."""
-    def resnet_block(in_channels, out_channels, num_residuals,
-                     first_block=False):
-        blk = []
-        for i in range(num_residuals):
-            if i == 0 and not first_block:
-                blk.append(Residual(in_channels, out_channels,
-                                    use_1x1conv=True, strides=2))
-            else:
-                blk.append(Residual(out_channels, out_channels))
-        return nn.Sequential(*blk)
-
-    return nn.Sequential(
-        nn.Conv2d(in_channels, width, kernel_size=3, stride=1, padding=1),
-        nn.BatchNorm2d(width), nn.ReLU(),
-        resnet_block(width, width, 2, first_block=True),
-        resnet_block(width, 2 * width, 2),
-        resnet_block(2 * width, 4 * width, 2),
-        resnet_block(4 * width, 8 * width, 2),
-        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(),
-        nn.Linear(8 * width, num_classes))
-
-
-def fit(model, net, device, rank, world_size, batch_size, lr, num_epochs,
-        num_train, num_test, warmup_epochs, report):
-    """The training loop of `train_concise`, as every process runs it.
-
-    `model` takes the steps: `net` itself on one device, or `net` wrapped
-    in DistributedDataParallel. Process `rank` of `world_size` trains on
-    its shard of each global batch of `batch_size` examples. Rank 0
-    evaluates `net` after each epoch and calls ``report(epoch, test
-    accuracy, seconds the epoch's training took)``."""
-    X_train, y_train, _, _, _ = fashion_mnist_arrays(num_train, num_test)
-    _, test_iter = load_data_fashion_mnist(256, num_train, num_test)
-    steps_per_epoch = len(y_train) // batch_size
-    total_steps = steps_per_epoch * num_epochs
-    warmup_steps = round(warmup_epochs * steps_per_epoch)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    loss = nn.CrossEntropyLoss()  # the mean over this device's shard
-    step = 0
-    for epoch in range(num_epochs):
-        model.train()
-        timer = Timer()
-        for idx in epoch_shards(len(y_train), batch_size, rank, world_size,
-                                seed=epoch):
-            X = torch.from_numpy(X_train[idx]).to(device)
-            y = torch.from_numpy(y_train[idx]).to(device)
-            for group in optimizer.param_groups:
-                group['lr'] = learning_rate(step, lr, warmup_steps,
-                                            total_steps)
-            optimizer.zero_grad()
-            # With DDP, backward also averages the gradients of all
-            # processes, bucket by bucket, while it is still computing
-            loss(model(X), y).backward()
-            optimizer.step()
-            step += 1
-        synchronize([device])
-        seconds = timer.stop()
-        # Stop with a clear error if training has diverged (NaN or inf)
-        check_finite(list(net.parameters()), epoch, lr)
-        if rank == 0:  # net, not model: DDP's forward waits for the others
-            net.eval()  # batch norm: use the running statistics
-            report(epoch, evaluate_accuracy(net, test_iter, device), seconds)
-
-
-def ddp_worker(rank, world_size, port, net, devices, settings, queue):
-    """Process `rank` of a `train_concise` run on several devices: take a
-    copy of `net` of its own, join the process group (NCCL when every
-    device is a GPU, else Gloo), wrap the copy in DistributedDataParallel,
-    train with `fit`, and send the reports (and, from rank 0, the trained
-    parameters) to the parent through `queue`."""
-    device = devices[rank]
-    cuda = device.type == 'cuda'
-    if cuda:
-        torch.cuda.set_device(device)
-    else:  # the processes share the CPU cores
-        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
-    # `net` arrives in memory shared with the other processes: without a
-    # copy of its own, each would update the same parameters on a CPU
-    net = copy.deepcopy(net).to(device)
-    backend = 'nccl' if all(d.type == 'cuda' for d in devices) else 'gloo'
-    dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{port}',
-                            rank=rank, world_size=world_size)
-    try:
-        # DDP copies rank 0's parameters and buffers to every process, and
-        # by default copies the buffers (the running statistics of batch
-        # norm) again before every forward pass
-        model = DistributedDataParallel(
-            net, device_ids=[device] if cuda else None)
-        fit(model, net, device, rank, world_size, *settings,
-            report=lambda *r: queue.put(('epoch', *r)))
-        if rank == 0:
-            queue.put(('state', {k: v.detach().cpu().numpy()
-                                 for k, v in net.state_dict().items()}))
-    finally:
-        dist.destroy_process_group()
 
 
 def _quiet_worker(rank, *args):
@@ -894,30 +663,6 @@ def distributed_commands(hosts, workers_per_host=1, port=29500,
 # --------------------------------------------------------------------------
 # Lesson 5: beyond data parallelism
 # --------------------------------------------------------------------------
-def reduce_scatter(data):
-    """Sum the arrays of `data` (one per device, same shape) and leave
-    shard i of the sum on device i: the rows that ``np.array_split`` gives
-    shard i, added up in the order of the devices (as `allreduce` adds).
-    The inputs are not changed."""
-    check_collective(data, 'reduce_scatter', torch.Tensor, _shape)
-    b = shard_bounds(len(data[0]), len(data))
-    shards = []
-    with torch.no_grad():
-        for i, x in enumerate(data):  # device i adds up its rows
-            shard = data[0][b[i]:b[i + 1]].to(x.device, copy=True)
-            for j in range(1, len(data)):
-                shard += data[j][b[i]:b[i + 1]].to(x.device)
-            shards.append(shard)
-    return shards
-
-
-def all_gather(shards):
-    """Give every device the whole array: the shards (shard i on device i)
-    put back together in order. The shards are not changed."""
-    check_collective(shards, 'all_gather', torch.Tensor, _shape,
-                     same_rows=False)
-    with torch.no_grad():
-        return [torch.cat([s.to(x.device) for s in shards]) for x in shards]
 
 
 def _shape(x):
@@ -957,64 +702,9 @@ def adam(param, grad, moments, *, lr, step):
         param.sub_(lr * m_hat / (v_hat.sqrt() + 1e-8))
 
 
-def zero_replicas(flat, devices, stage):
-    """What each device keeps between steps, for data parallelism
-    (`stage` 0) or ZeRO stage 1, 2 or 3: the parameters, the gradients and
-    Adam's m and v, whole or only the device's shard."""
-    b = shard_bounds(len(flat), len(devices))
-    replicas = []
-    for i, device in enumerate(devices):
-        n = b[i + 1] - b[i]  # the length of this device's shard
-        replicas.append({
-            'params': (flat[b[i]:b[i + 1]] if stage >= 3 else flat).to(
-                device, copy=True),
-            'grads': torch.zeros(n if stage >= 2 else len(flat),
-                                 device=device),
-            'm': torch.zeros(n if stage >= 1 else len(flat), device=device),
-            'v': torch.zeros(n if stage >= 1 else len(flat), device=device)})
-    return replicas
-
-
 def held_bytes(replica):
     """Bytes of the arrays that one device keeps between steps."""
     return sum(x.numel() * x.element_size() for x in replica.values())
-
-
-def zero_step(X, y, replicas, *, devices, lr, step, stage):
-    """One step of Adam with data parallelism (`stage` 0) or ZeRO stage
-    1, 2 or 3 on `devices`; `replicas` come from `zero_replicas`."""
-    X_shards, y_shards = split_batch(X, y, devices)
-    # 1. Each device needs all the parameters for its forward and backward
-    # pass; with ZeRO-3 they are gathered for this step only
-    if stage == 3:
-        full = all_gather([r['params'] for r in replicas])
-    else:
-        full = [r['params'] for r in replicas]
-    # 2. Each device computes the gradient on its part of the batch
-    grads = []
-    for X_i, y_i, p in zip(X_shards, y_shards, full):
-        p = p.detach().requires_grad_()
-        l = loss(mlp(X_i, p), y_i).sum() / X.shape[0]
-        grads.append(torch.autograd.grad(l, p)[0])
-    if stage == 0:  # 3. Everyone sums everything and updates everything
-        allreduce(grads)
-        for r, g in zip(replicas, grads):
-            r['grads'].copy_(g)
-            adam(r['params'], r['grads'], (r['m'], r['v']), lr=lr, step=step)
-        return
-    # 3. ZeRO: device i sums only shard i of the gradient and updates only
-    # shard i of the parameters, with its shard of m and v
-    b = shard_bounds(len(full[0]), len(devices))
-    for i, (r, g) in enumerate(zip(replicas, reduce_scatter(grads))):
-        r['grads'].copy_(grads[i] if stage == 1 else g)  # ZeRO-1: whole
-        mine = r['params'] if stage == 3 else r['params'][b[i]:b[i + 1]]
-        adam(mine, g, (r['m'], r['v']), lr=lr, step=step)
-    # 4. ZeRO-1 and 2: every device gets all the new parameters back
-    if stage < 3:
-        new = all_gather([r['params'][b[i]:b[i + 1]]
-                          for i, r in enumerate(replicas)])
-        for r, p in zip(replicas, new):
-            r['params'].copy_(p)
 
 
 def pipeline_params(width=512):
@@ -1080,17 +770,370 @@ def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
     return float(sum(float(l) for l in losses))
 
 
+# Everything below this line is generated by `python3 tools/notebooks.py
+# build` from the #@save functions of these lessons, in this order:
+#   notebooks/en/auto-parallelism.md
+#   notebooks/en/multiple-gpus.md
+#   notebooks/en/multiple-gpus-concise.md
+#   notebooks/en/distributed.md
+#   notebooks/en/beyond-data-parallelism.md
+# Edit the lessons, not this part: `make check-notebooks` fails on a
+# difference.
+
+
+# From notebooks/en/multiple-gpus.md
+def lenet(X, params):
+    """The LeNet-style network of the lesson, written with functions so
+    that its parameters can live on any device."""
+    h1_conv = F.conv2d(input=X, weight=params[0], bias=params[1])
+    h1_activation = F.relu(h1_conv)
+    h1 = F.avg_pool2d(input=h1_activation, kernel_size=(2, 2), stride=(2, 2))
+    h2_conv = F.conv2d(input=h1, weight=params[2], bias=params[3])
+    h2_activation = F.relu(h2_conv)
+    h2 = F.avg_pool2d(input=h2_activation, kernel_size=(2, 2), stride=(2, 2))
+    h2 = h2.reshape(h2.shape[0], -1)
+    h3_linear = torch.mm(h2, params[4]) + params[5]
+    h3 = F.relu(h3_linear)
+    y_hat = torch.mm(h3, params[6]) + params[7]
+    return y_hat
+
+
+def get_params(params, device):
+    """A copy of `params` on `device`, with gradients attached. Always a
+    copy, even on the same device, so every device owns its parameters."""
+    new_params = [p.detach().to(device, copy=True) for p in params]
+    for p in new_params:
+        p.requires_grad_()
+    return new_params
+
+
+def allreduce(data):
+    """Sum the arrays of `data` (one per device) in place: afterwards every
+    one holds the elementwise sum. The first device gathers and adds up
+    everything, then sends the sum back (the book's simple version)."""
+    d2l.check_allreduce(data)
+    with torch.no_grad():
+        for i in range(1, len(data)):
+            data[0].add_(data[i].to(data[0].device))
+        for i in range(1, len(data)):
+            data[i].copy_(data[0])
+
+
+def split_batch(X, y, devices):
+    """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
+    shard i on devices[i]. A ValueError if X and y differ in length or
+    there are fewer examples than devices."""
+    devices = d2l.check_split(len(X), len(y), devices)
+    k = len(devices)
+    return ([x.to(d, non_blocking=True)
+             for x, d in zip(X.tensor_split(k), devices)],
+            [t.to(d, non_blocking=True)
+             for t, d in zip(y.tensor_split(k), devices)])
+
+
+def forward_backward(X, y, params):
+    """The loss of the shard `X`, `y` on the device of `params`, and its
+    gradient, left in each parameter's ``.grad``."""
+    loss(lenet(X, params), y).sum().backward()
+
+
+def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+    """One step of data-parallel minibatch SGD: split the batch, compute
+    loss and gradient on every device, sum the gradients with `reduce`,
+    and update every copy of the parameters."""
+    d2l.check_replicas(device_params, devices)
+    X_shards, y_shards = split_batch(X, y, devices)
+    # Every device computes the loss and gradient of its own shard. launch
+    # queues the work on the device (on a CPU stand-in: on its own worker
+    # thread), so the devices compute at the same time
+    jobs = [d2l.launch(device, forward_backward, X_shard, y_shard, params)
+            for X_shard, y_shard, params, device in zip(
+                X_shards, y_shards, device_params, devices)]
+    for job in jobs:  # a stand-in's gradients exist once its job is done
+        job.result()
+    # Sum each gradient over all devices and give every device the sum
+    with torch.no_grad():
+        for i in range(len(device_params[0])):
+            reduce([params[i].grad for params in device_params])
+    # Every device applies the same update to its own copy of the model
+    for params in device_params:
+        d2l.sgd(params, lr, X.shape[0])  # divide by the whole batch size
+
+
+def evaluate_accuracy(net, data_iter, device=None):
+    """The fraction of examples of `data_iter` that `net` classifies
+    correctly, computed on `device` (default: the first GPU, else the
+    CPU)."""
+    device = d2l.try_gpu() if device is None else device
+    correct, total = 0, 0
+    with torch.no_grad():
+        for X, y in data_iter:
+            X, y = X.to(device), y.to(device)
+            correct += (net(X).argmax(axis=1) == y).sum()  # stays on device
+            total += y.numel()
+    return float(correct) / total
+
+
+def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
+          num_test=None, params=None, reduce=allreduce, plot=True):
+    """Train the LeNet of the lesson from scratch with data parallelism on
+    `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
+    test accuracy per epoch, and return a `TrainResult` (test accuracy,
+    seconds per epoch, devices). `num_train` and `num_test` keep only
+    that many examples, for quick runs on a CPU."""
+    train_iter, test_iter = d2l.load_data_fashion_mnist(
+        batch_size, num_train, num_test)
+    devices = d2l.try_devices(num_gpus)
+    params = d2l.lenet_params() if params is None else params
+    # Copy the model parameters to every device
+    device_params = [get_params(params, d) for d in devices]
+    animator = d2l.Animator('epoch', 'test acc', xlim=[1, num_epochs],
+                            ylim=[0, 1]) if plot else None
+    timer, accs, num_examples = d2l.Timer(), [], 0
+    for epoch in range(num_epochs):
+        timer.start()
+        for X, y in train_iter:
+            train_batch(X, y, device_params, devices, lr, reduce)
+            num_examples += len(y)
+        d2l.synchronize(devices)  # wait once per epoch, not once per batch
+        timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        d2l.check_finite(device_params[0], epoch, lr)
+        # Evaluate on the first device only: simple, though the others idle
+        accs.append(evaluate_accuracy(
+            lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
+        if animator:
+            animator.add(epoch + 1, (accs[-1],))
+    result = d2l.TrainResult(accs[-1], timer.avg(),
+                             [str(d) for d in devices], num_epochs,
+                             num_examples // num_epochs, accs)
+    print(result)
+    return result
+
+
+# From notebooks/en/multiple-gpus-concise.md
+class Residual(nn.Module):
+    """The residual block of ResNet: two 3x3 convolutions with batch
+    normalization, plus a shortcut (a 1x1 convolution when the block
+    changes the number of channels or the resolution)."""
+
+    def __init__(self, in_channels, out_channels, use_1x1conv=False,
+                 strides=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, kernel_size=3,
+                               padding=1, stride=strides)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, kernel_size=3,
+                               padding=1)
+        self.conv3 = nn.Conv2d(in_channels, out_channels, kernel_size=1,
+                               stride=strides) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+
+    def forward(self, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3 is not None:
+            X = self.conv3(X)
+        return F.relu(Y + X)
+
+
+def resnet18(num_classes=10, in_channels=1, width=64):
+    """The book's ResNet-18 for small images: a 3x3 first convolution and
+    no max-pooling, four stages of two residual blocks with `width`,
+    2 `width`, 4 `width` and 8 `width` channels, global average pooling
+    and a dense layer. The book uses ``width=64``; a CPU trains a thinner
+    network (e.g. 8) in seconds rather than minutes."""
+    def resnet_block(in_channels, out_channels, num_residuals,
+                     first_block=False):
+        blk = []
+        for i in range(num_residuals):
+            if i == 0 and not first_block:
+                blk.append(Residual(in_channels, out_channels,
+                                    use_1x1conv=True, strides=2))
+            else:
+                blk.append(Residual(out_channels, out_channels))
+        return nn.Sequential(*blk)
+
+    return nn.Sequential(
+        nn.Conv2d(in_channels, width, kernel_size=3, stride=1, padding=1),
+        nn.BatchNorm2d(width), nn.ReLU(),
+        resnet_block(width, width, 2, first_block=True),
+        resnet_block(width, 2 * width, 2),
+        resnet_block(2 * width, 4 * width, 2),
+        resnet_block(4 * width, 8 * width, 2),
+        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(),
+        nn.Linear(8 * width, num_classes))
+
+
+def fit(model, net, device, rank, world_size, batch_size, lr, num_epochs,
+        num_train, num_test, warmup_epochs, report):
+    """The training loop of `train_concise`, as every process runs it.
+
+    `model` takes the steps: `net` itself on one device, or `net` wrapped
+    in DistributedDataParallel. Process `rank` of `world_size` trains on
+    its shard of each global batch of `batch_size` examples. Rank 0
+    evaluates `net` after each epoch and calls ``report(epoch, test
+    accuracy, seconds the epoch's training took)``."""
+    X_train, y_train, _, _, _ = d2l.fashion_mnist_arrays(num_train, num_test)
+    _, test_iter = d2l.load_data_fashion_mnist(256, num_train, num_test)
+    steps_per_epoch = len(y_train) // batch_size
+    total_steps = steps_per_epoch * num_epochs
+    warmup_steps = round(warmup_epochs * steps_per_epoch)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    loss = nn.CrossEntropyLoss()  # the mean over this device's shard
+    step = 0
+    for epoch in range(num_epochs):
+        model.train()
+        timer = d2l.Timer()
+        for idx in d2l.epoch_shards(len(y_train), batch_size, rank,
+                                    world_size, seed=epoch):
+            X = torch.from_numpy(X_train[idx]).to(device)
+            y = torch.from_numpy(y_train[idx]).to(device)
+            for group in optimizer.param_groups:
+                group['lr'] = d2l.learning_rate(step, lr, warmup_steps,
+                                                total_steps)
+            optimizer.zero_grad()
+            # With DDP, backward also averages the gradients of all
+            # processes, bucket by bucket, while it is still computing
+            loss(model(X), y).backward()
+            optimizer.step()
+            step += 1
+        d2l.synchronize([device])
+        seconds = timer.stop()
+        # Stop with a clear error if training has diverged (NaN or inf)
+        d2l.check_finite(list(net.parameters()), epoch, lr)
+        if rank == 0:  # net, not model: DDP's forward waits for the others
+            net.eval()  # batch norm: use the running statistics
+            report(epoch, d2l.evaluate_accuracy(net, test_iter, device),
+                   seconds)
+
+
+def ddp_worker(rank, world_size, port, net, devices, settings, queue):
+    """Process `rank` of a `train_concise` run on several devices: take a
+    copy of `net` of its own, join the process group (NCCL when every
+    device is a GPU, else Gloo), wrap the copy in DistributedDataParallel,
+    train with `fit`, and send the reports (and, from rank 0, the trained
+    parameters) to the parent through `queue`."""
+    device = devices[rank]
+    cuda = device.type == 'cuda'
+    if cuda:
+        torch.cuda.set_device(device)
+    else:  # the processes share the CPU cores
+        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
+    # `net` arrives in memory shared with the other processes: without a
+    # copy of its own, each would update the same parameters on a CPU
+    net = copy.deepcopy(net).to(device)
+    backend = 'nccl' if all(d.type == 'cuda' for d in devices) else 'gloo'
+    dist.init_process_group(backend, init_method=f'tcp://127.0.0.1:{port}',
+                            rank=rank, world_size=world_size)
+    try:
+        # DDP copies rank 0's parameters and buffers to every process, and
+        # by default copies the buffers (the running statistics of batch
+        # norm) again before every forward pass
+        model = DistributedDataParallel(
+            net, device_ids=[device] if cuda else None)
+        fit(model, net, device, rank, world_size, *settings,
+            report=lambda *r: queue.put(('epoch', *r)))
+        if rank == 0:
+            queue.put(('state', {k: v.detach().cpu().numpy()
+                                 for k, v in net.state_dict().items()}))
+    finally:
+        dist.destroy_process_group()
+
+
+# From notebooks/en/beyond-data-parallelism.md
+def reduce_scatter(data):
+    """Sum the arrays of `data` (one per device, same shape) and leave
+    shard i of the sum on device i: the rows that ``np.array_split`` gives
+    shard i, added up in the order of the devices (as `allreduce` adds).
+    The inputs are not changed."""
+    d2l.check_collective(data, 'reduce_scatter')
+    b = d2l.shard_bounds(len(data[0]), len(data))
+    shards = []
+    with torch.no_grad():
+        for i, x in enumerate(data):  # device i adds up its rows
+            shard = data[0][b[i]:b[i + 1]].to(x.device, copy=True)
+            for j in range(1, len(data)):
+                shard += data[j][b[i]:b[i + 1]].to(x.device)
+            shards.append(shard)
+    return shards
+
+
+def all_gather(shards):
+    """Give every device the whole array: the shards (shard i on device i)
+    put back together in order. The shards are not changed."""
+    d2l.check_collective(shards, 'all_gather', same_rows=False)
+    with torch.no_grad():
+        return [torch.cat([s.to(x.device) for s in shards]) for x in shards]
+
+
+def zero_replicas(flat, devices, stage):
+    """What each device keeps between steps, for data parallelism
+    (`stage` 0) or ZeRO stage 1, 2 or 3: the parameters, the gradients and
+    Adam's m and v, whole or only the device's shard."""
+    b = d2l.shard_bounds(len(flat), len(devices))
+    replicas = []
+    for i, device in enumerate(devices):
+        n = b[i + 1] - b[i]  # the length of this device's shard
+        replicas.append({
+            'params': (flat[b[i]:b[i + 1]] if stage >= 3 else flat).to(
+                device, copy=True),
+            'grads': torch.zeros(n if stage >= 2 else len(flat),
+                                 device=device),
+            'm': torch.zeros(n if stage >= 1 else len(flat), device=device),
+            'v': torch.zeros(n if stage >= 1 else len(flat), device=device)})
+    return replicas
+
+
+def zero_step(X, y, replicas, *, devices, lr, step, stage):
+    """One step of Adam with data parallelism (`stage` 0) or ZeRO stage
+    1, 2 or 3 on `devices`; `replicas` come from `zero_replicas`."""
+    X_shards, y_shards = d2l.split_batch(X, y, devices)
+    # 1. Each device needs all the parameters for its forward and backward
+    # pass; with ZeRO-3 they are gathered for this step only
+    if stage == 3:
+        full = all_gather([r['params'] for r in replicas])
+    else:
+        full = [r['params'] for r in replicas]
+    # 2. Each device computes the gradient on its part of the batch
+    grads = []
+    for X_i, y_i, p in zip(X_shards, y_shards, full):
+        p = p.detach().requires_grad_()
+        l = d2l.loss(d2l.mlp(X_i, p), y_i).sum() / X.shape[0]
+        grads.append(torch.autograd.grad(l, p)[0])
+    if stage == 0:  # 3. Everyone sums everything and updates everything
+        d2l.allreduce(grads)
+        for r, g in zip(replicas, grads):
+            r['grads'].copy_(g)
+            d2l.adam(r['params'], r['grads'], (r['m'], r['v']), lr=lr,
+                     step=step)
+        return
+    # 3. ZeRO: device i sums only shard i of the gradient and updates only
+    # shard i of the parameters, with its shard of m and v
+    b = d2l.shard_bounds(len(full[0]), len(devices))
+    for i, (r, g) in enumerate(zip(replicas, reduce_scatter(grads))):
+        r['grads'].copy_(grads[i] if stage == 1 else g)  # ZeRO-1: whole
+        mine = r['params'] if stage == 3 else r['params'][b[i]:b[i + 1]]
+        d2l.adam(mine, g, (r['m'], r['v']), lr=lr, step=step)
+    # 4. ZeRO-1 and 2: every device gets all the new parameters back
+    if stage < 3:
+        new = all_gather([r['params'][b[i]:b[i + 1]]
+                          for i, r in enumerate(replicas)])
+        for r, p in zip(replicas, new):
+            r['params'].copy_(p)
+
+
 def split_columns(W, b, devices):
     """A linear layer split by columns (Megatron-LM): device i gets its
     columns of the weight `W` (inputs x outputs) and of the bias `b`."""
-    c = shard_bounds(W.shape[1], len(devices))
+    c = d2l.shard_bounds(W.shape[1], len(devices))
     return [(W[:, c[i]:c[i + 1]].to(d, copy=True),
              b[c[i]:c[i + 1]].to(d, copy=True)) for i, d in enumerate(devices)]
 
 
 def split_rows(W, devices):
     """A linear layer split by rows: device i gets its rows of `W`."""
-    r = shard_bounds(W.shape[0], len(devices))
+    r = d2l.shard_bounds(W.shape[0], len(devices))
     return [W[r[i]:r[i + 1]].to(d, copy=True) for i, d in enumerate(devices)]
 
 
@@ -1103,5 +1146,5 @@ def tensor_parallel_mlp(X, columns, rows, *, b2):
     for (W1_i, b1_i), W2_i in zip(columns, rows):
         H_i = F.relu(X.to(W1_i.device) @ W1_i + b1_i)  # its hidden columns
         partial.append(H_i @ W2_i)  # its share of the output
-    allreduce(partial)
+    d2l.allreduce(partial)
     return [Y + b2.to(Y.device) for Y in partial]

@@ -1,12 +1,10 @@
 """Checks on the lesson notebooks that do not need a kernel.
 
 nbval runs the notebooks themselves (see the Makefile); these tests keep
-the four languages in step, catch prose left in the wrong language, and
-keep the functions a lesson defines identical to those of d2lpar.
+the four languages in step and catch prose left in the wrong language
+(tests/test_library.py: the #@save functions d2lpar takes from them).
 """
 import ast
-import importlib
-import inspect
 import json
 import pathlib
 import re
@@ -24,7 +22,6 @@ import notebooks as builder  # noqa: E402
 LANGS = list(builder.LANGS)
 CHAPTERS = sorted(p.stem for p in (NB / 'en').glob('*.md'))
 FRAMEWORKS = list(builder.FRAMEWORKS)
-BACKEND = {'pytorch': 'd2lpar.torch', 'mxnet': 'd2lpar.mxnet'}
 
 
 def load(lang, fw, chapter):
@@ -298,71 +295,6 @@ def test_prose_is_in_the_language_of_the_notebook(lang):
                         problems.append(f'{fw}/{chapter}: {problem}: '
                                         f'{para[:70]!r}')
     assert not problems, '\n'.join(problems)
-
-
-class _Normalise(ast.NodeTransformer):
-    """Drop docstrings (of functions and classes) and input checks; read
-    `d2l.f` as `f`."""
-
-    def visit_Attribute(self, node):
-        self.generic_visit(node)
-        if isinstance(node.value, ast.Name) and node.value.id == 'd2l':
-            return ast.copy_location(ast.Name(node.attr, node.ctx), node)
-        return node
-
-    def visit_FunctionDef(self, node):
-        body = node.body
-        if body and isinstance(body[0], ast.Expr) and \
-                isinstance(body[0].value, ast.Constant):
-            body = body[1:]
-        node.body = [s for s in body if not _is_check(s)]
-        self.generic_visit(node)
-        return node
-
-    visit_ClassDef = visit_FunctionDef
-
-
-def _is_check(stmt):
-    value = getattr(stmt, 'value', None)
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
-        and value.func.id.startswith('check_')
-
-
-def normalised(source):
-    tree = _Normalise().visit(ast.parse(source))
-    return ast.dump(tree.body[0])
-
-
-@pytest.mark.parametrize('chapter', CHAPTERS)
-@pytest.mark.parametrize('fw', FRAMEWORKS)
-def test_saved_functions_match_d2lpar(chapter, fw):
-    """A function marked #@save in a lesson is the one d2lpar ships (up to
-    docstrings and input checks), so the tested code is the taught code."""
-    module = importlib.import_module(BACKEND[fw])
-    found = 0
-    for cell in load('en', fw, chapter)['cells']:
-        source = ''.join(cell['source'])
-        if cell['cell_type'] != 'code' or '#@save' not in source:
-            continue
-        lines = source.splitlines()
-        for n, line in enumerate(lines):
-            if line.strip() != '#@save':
-                continue
-            block = [lines[n + 1]]
-            for more in lines[n + 2:]:
-                if more and not more[0].isspace():
-                    break
-                block.append(more)
-            tree = ast.parse('\n'.join(block))
-            name = tree.body[0].name
-            shipped = inspect.getsource(getattr(module, name))
-            assert normalised('\n'.join(block)) == normalised(shipped), \
-                f'{fw}/{chapter}: {name} differs from {BACKEND[fw]}.{name}'
-            found += 1
-    if chapter == 'multiple-gpus':
-        assert found >= 7
-    if chapter == 'multiple-gpus-concise':  # Residual, resnet18, fit, ...
-        assert found >= 3
 
 
 def test_pinned_outputs_replace_the_blocks_and_split_a_shared_one():

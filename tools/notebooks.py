@@ -34,6 +34,8 @@ import pathlib
 import re
 import sys
 
+import library  # noqa: E402 (tools/library.py)
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
 LANGS = {'en': 'English', 'fr': 'Français', 'tr': 'Türkçe', 'zh': '中文'}
 FRAMEWORKS = {'pytorch': 'PyTorch', 'mxnet': 'MXNet'}
@@ -209,6 +211,8 @@ def main(argv, root=ROOT):
             if not path.exists() or path.read_text(encoding='utf-8') != text:
                 path.write_text(text, encoding='utf-8')
                 print(f'wrote {path.relative_to(root.parent)}')
+        for path in library.build(root):  # the #@save code of d2lpar
+            print(f'wrote {path.relative_to(root.parent)}')
         return 0
     if command == 'check':
         stale = [p for p, text in built.items()
@@ -222,7 +226,10 @@ def main(argv, root=ROOT):
             print(f'orphan: {p.relative_to(root.parent)} has no source')
         if not stale and not extra:
             print(f'{len(built)} notebooks match their sources')
-        return 1 if stale or extra else 0
+        problems = library.check(root)  # the #@save code of d2lpar
+        print('\n'.join(problems) or 'd2lpar matches the #@save code of '
+              'the lessons')
+        return 1 if stale or extra or problems else 0
     print(__doc__)
     return 2
 
