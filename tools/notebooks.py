@@ -11,7 +11,8 @@ A source is ``notebooks/<lang>/<chapter>.md`` in the d2l book's markdown:
   line says which notebooks get it: ``#@tab pytorch``, ``#@tab mxnet`` or
   ``#@tab all``. A line ``#@check`` makes nbval compare the cell's output
   with the output block that follows it (``#@save`` marks a function that
-  d2lpar also defines; a test keeps the two the same).
+  tools/library.py copies into d2lpar's backends: `build` writes them
+  there, `check` fails when they differ).
 - an output block is a fence opened by ```` ```{.python .output} ````, with
   its own ``#@tab`` line; it is the expected output of the code cell of
   that framework just before it.
