@@ -7,37 +7,14 @@ than there are, `try_devices` hands out the CPU contexts ``cpu(0)``,
 and says so once.
 """
 import ctypes
-import json
-import math
-import os
-import queue
 import sys
-import tempfile
-import threading
-import time
 
-from d2lpar import standins as _standins
+from d2lpar._mxnet import STAND_IN_THREADS  # noqa: F401 (before MXNet)
 
-# Both settings must be in place before MXNet loads.
-# Every CPU stand-in cpu(i) computes with half of the CPU's threads (see
-# d2lpar.standins): MXNet runs each context on an engine thread of its own,
-# and each operator with OMP_NUM_THREADS threads, unless you set it.
-if not os.environ.get('OMP_NUM_THREADS'):
-    os.environ['OMP_NUM_THREADS'] = str(_standins.threads_per_stand_in(
-        os.cpu_count() or 1))
-STAND_IN_THREADS = int(os.environ['OMP_NUM_THREADS'])
-# All CPU contexts share one pool of temporary workspaces (4 by default),
-# handed out in turn; an operator holds its workspace while it runs. With
-# too few, the 50 products queued on cpu(1) wait for those of cpu(0) that
-# hold the same workspaces, and two stand-ins compute one after the other
-# (measured: 0.88 of the sum of the parts with 16, 0.50 with 64, on 2
-# cores); a LeNet step queues more operators than 64.
-os.environ.setdefault('MXNET_CPU_TEMP_COPY', '256')
-
-import mxnet as mx  # noqa: E402
+import mxnet as mx  # noqa: E402,F401 (the lessons' code uses it)
 from mxnet.base import _LIB, check_call  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
-from mxnet.gluon import nn  # noqa: E402
+from mxnet.gluon import nn  # noqa: E402,F401
 
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
@@ -54,8 +31,16 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     plot_drift,
     bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
     plot_memory, shard_bounds, zero_memory)
-from d2lpar._timer import Timer  # noqa: E402
-from d2lpar.i18n import N_, error_message  # noqa: E402
+from d2lpar._timer import Timer  # noqa: E402,F401
+from d2lpar._mxnet.devices import (  # noqa: E402,F401 (framework glue)
+    Benchmark, copy_bandwidth, cpu, gpu, launch, load_data_fashion_mnist,
+    measure_allreduce, num_gpus, products_that_fit, synchronize,
+    try_all_gpus, try_devices, try_gpu)
+from d2lpar._mxnet.models import (  # noqa: E402,F401
+    MLP_SHAPES, adam, gpipe_step, held_bytes, lenet_params, loss, mlp,
+    mlp_params, pipeline_params, stage_forward)
+from d2lpar._mxnet.timeline import Timeline  # noqa: E402
+from d2lpar.i18n import error_message  # noqa: E402
 
 npx.set_np()
 
@@ -70,249 +55,8 @@ d2l = sys.modules[__name__]
 
 
 # --------------------------------------------------------------------------
-# Devices
-# --------------------------------------------------------------------------
-def cpu():
-    """The CPU context ``cpu(0)``."""
-    return npx.cpu()
-
-
-def num_gpus():
-    """How many GPUs MXNet can see (0 with the CPU-only pip wheel)."""
-    return npx.num_gpus()
-
-
-def gpu(i=0):
-    """The `i`-th GPU; a ValueError if this machine has no such GPU."""
-    if not isinstance(i, int) or i < 0:
-        raise TypeError(error_message(
-            'A GPU index is an int >= 0, got {i!r}.', i=i))
-    if i >= num_gpus():
-        raise ValueError(error_message(
-            'There is no GPU {i}: this machine has {n} GPU(s). Use '
-            'try_gpu({i}) to fall back to the CPU.', i=i, n=num_gpus()))
-    return npx.gpu(i)
-
-
-def try_gpu(i=0):
-    """The `i`-th GPU if it exists, else the CPU."""
-    return gpu(i) if i < num_gpus() else cpu()
-
-
-def try_all_gpus():
-    """All GPUs, or ``[cpu()]`` when there is none (never an empty list)."""
-    return [gpu(i) for i in range(num_gpus())] or [cpu()]
-
-
-def try_devices(num_devices):
-    """`num_devices` devices for a lesson: the first GPUs when there are
-    enough, else the CPU contexts cpu(0), cpu(1), ... as stand-ins (each
-    has its own engine thread), saying once what it fell back to."""
-    if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(error_message(
-            'num_devices must be an int >= 1, got {num_devices!r}.',
-            num_devices=num_devices))
-    if num_gpus() >= num_devices:
-        return [gpu(i) for i in range(num_devices)]
-    say_once(_common.fallback_notice(
-        num_devices, num_gpus(), STAND_IN_THREADS,
-        ', '.join(f'cpu({i})' for i in range(num_devices))))
-    return [npx.cpu(i) for i in range(num_devices)]
-
-
-def products_that_fit(num_products, shape, devices):
-    """How many of `num_products` float32 results of `shape` fit, with
-    their input matrix, into the free memory of every GPU among `devices`
-    (keeping a tenth of it, at least 256 MiB, for the framework): all
-    `num_products` on the CPU and on CPU stand-ins, fewer on a GPU with
-    too little free memory (the book's 50 products of 4000x4000 keep
-    3.2 GB of results on each GPU). A ValueError when not even one fits.
-    The free memory is what ``mx.context.gpu_memory_info`` reports."""
-    def free_bytes(device):
-        if device.device_type != 'gpu':
-            return None
-        return mx.context.gpu_memory_info(device.device_id)[0]
-
-    return _common.products_that_fit_with(free_bytes, num_products, shape,
-                                          devices)
-
-
-def launch(device, fn, *args, queue='compute'):
-    """Queue ``fn(*args)`` on `device` and return a Future of its result;
-    Futures among `args` (also in lists) are waited for first.
-
-    MXNet's engine already queues every operator and returns at once, on
-    the CPU too, and runs each context's operators on threads of its own:
-    so `fn` is simply called now, inside `device`'s context, and the
-    Future is done at once (its arrays may still be computing). On a GPU
-    the engine copies on streams of its own. Between CPU contexts it copies
-    on the thread of the source context, behind that context's work, so
-    on CPU stand-ins the 'copy' queue cannot overlap the 'compute' one.
-    `synchronize` waits for all of it."""
-    _standins.check_queue(queue)
-    with device:
-        return _standins.done(fn(*_standins.resolve(args)))
-
-
-def synchronize(devices=None):
-    """Wait until all queued work is done. MXNet's engine runs every
-    operator asynchronously, on the CPU too; ``npx.waitall()`` waits for
-    all devices at once."""
-    if devices is not None:
-        check_devices(devices)
-    npx.waitall()
-
-
-class Benchmark(_common.Benchmark):
-    __doc__ = _common.Benchmark.__doc__
-    _synchronize = staticmethod(synchronize)
-
-
-def _kind(name):
-    return 'copy' if 'copy' in name.lower() else 'compute'
-
-
-class Timeline(_common.Timeline):
-    """Record what runs where inside a ``with`` block, then `plot` it.
-
-    With an MXNet build that has its profiler, ``mx.profiler`` records
-    every operator. The pip wheel has it compiled out
-    (``mx.runtime.Features()``); then one watcher thread per device waits,
-    in order, for each result passed to ``watch(arrays, label, kind)`` and
-    notes when it became ready. A bar ends at that moment and starts when
-    the previous result on the same device became ready (or when it was
-    queued, if later). The thread that pushes the work never waits, so
-    MXNet's asynchrony is left intact.
-    """
-
-    def __enter__(self):
-        npx.waitall()  # leave earlier work out of the picture
-        self._t0 = time.perf_counter()
-        self._profiler = mx.runtime.Features().is_enabled('PROFILER')
-        if self._profiler:
-            self.source = 'mx.profiler'
-            fd, self._file = tempfile.mkstemp(suffix='.json')
-            os.close(fd)
-            mx.profiler.set_config(profile_all=True, aggregate_stats=False,
-                                   filename=self._file)
-            mx.profiler.set_state('run')
-        else:
-            self.source = N_('a watcher thread per device')
-            self._queues, self._threads = {}, []
-        return self
-
-    def watch(self, arrays, label, kind='compute'):
-        if self._profiler:
-            return arrays
-        pushed = time.perf_counter() - self._t0
-        for a in _standins.flat(_standins.resolve([arrays])):
-            row = str(a.ctx)
-            if row not in self._queues:
-                self._queues[row] = queue.Queue()
-                thread = threading.Thread(target=self._watch_row, args=(
-                    row, self._queues[row]), daemon=True)
-                thread.start()
-                self._threads.append(thread)
-            self._queues[row].put((label, kind, a, pushed))
-        return arrays
-
-    def _watch_row(self, row, todo):
-        last = 0.0
-        while (item := todo.get()) is not None:
-            label, kind, array, pushed = item
-            array.wait_to_read()
-            end = time.perf_counter() - self._t0
-            self.events.append(_common.Event(label, row, max(pushed, last),
-                                             end, kind))
-            last = end
-
-    def __exit__(self, *exc_info):
-        if self._profiler:
-            npx.waitall()
-            mx.profiler.set_state('stop')
-            mx.profiler.dump()
-            with open(self._file) as f:
-                self.events = _common.events_from_chrome_trace(json.load(f),
-                                                               _kind)
-            os.remove(self._file)
-        else:
-            for todo in self._queues.values():
-                todo.put(None)
-            for thread in self._threads:
-                thread.join()
-            self.events.sort(key=lambda e: e.start)
-        return False
-
-
-def _make_data(k, n):
-    return [np.zeros(n, ctx=d) for d in try_devices(k)]  # no overflow
-
-
-def measure_allreduce(fns, sizes, device_counts, repeat=3):
-    """Time each allreduce function of `fns` on `try_devices(k)` for each
-    k in `device_counts` and each size in `sizes` (float32 numbers per
-    device); see `plot_allreduce`."""
-    rows = _common.measure_allreduce_with(
-        _make_data, synchronize, fns, sizes, device_counts, repeat)
-    for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
-        r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
-    return rows
-
-
-def copy_bandwidth(device=None, num_bytes=1 << 26):
-    """Memory-copy bandwidth of `device` (default: the first GPU, else
-    the CPU) in bytes read plus written per second."""
-    device = try_gpu() if device is None else device
-    x = np.ones(num_bytes // 4, ctx=device)
-    y = np.empty_like(x)
-
-    def copy():
-        x.copyto(y)
-        return num_bytes
-
-    return _common.measure_copy_bandwidth_with(copy, synchronize)
-
-
-# --------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------
-def _to_arrays(X, y):
-    return np.array(X), np.array(y.astype('int32'))
-
-
-def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
-    """Iterators over Fashion-MNIST (train, test), from the cache folder
-    `data_dir()`, downloading it when the network allows; offline, over a
-    synthetic stand-in with the same shapes, saying so once. `num_train`
-    and `num_test` keep only the first examples, for quick CPU runs."""
-    return _common.load_data_fashion_mnist_with(
-        _to_arrays, batch_size, num_train, num_test)
-
-
-# --------------------------------------------------------------------------
-# The toy network of the multi-GPU chapter
-# --------------------------------------------------------------------------
-def lenet_params():
-    """Fresh parameters of the LeNet-style network, on the CPU: weights
-    with standard deviation sqrt(2 / inputs of one output) (He et al.,
-    2015), biases 0."""
-    def init(shape, num_inputs):
-        return np.random.normal(scale=(2 / num_inputs) ** 0.5, size=shape)
-
-    return [init((20, 1, 3, 3), 9), np.zeros(20),
-            init((50, 20, 5, 5), 500), np.zeros(50),
-            init((800, 128), 800), np.zeros(128),
-            init((128, 10), 128), np.zeros(10)]
-
-
-loss = gluon.loss.SoftmaxCrossEntropyLoss()
-
-
-# --------------------------------------------------------------------------
 # Data parallelism from scratch
 # --------------------------------------------------------------------------
-
-
 def _memory(x):
     """Where the data of `x` lives: views of one array share it.
 
@@ -438,8 +182,6 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
 # --------------------------------------------------------------------------
 # Concise implementation: ResNet-18 with a Gluon Trainer over contexts
 # --------------------------------------------------------------------------
-
-
 def train_concise(net, devices, batch_size, lr, num_epochs=10,
                   num_train=None, num_test=None, warmup_epochs=0,
                   plot=True):
@@ -501,105 +243,8 @@ def distributed_commands(hosts, workers_per_host=1, port=29500,
 # --------------------------------------------------------------------------
 # Lesson 5: beyond data parallelism
 # --------------------------------------------------------------------------
-
-
 def _shape(x):
     return x.shape
-
-
-MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
-
-
-def mlp_params():
-    """The parameters of an MLP with one hidden layer, in one flat vector:
-    weights drawn with standard deviation sqrt(2 / inputs), zero biases."""
-    W1 = np.random.normal(scale=(2 / 784) ** 0.5, size=(784, 256))
-    W2 = np.random.normal(scale=(2 / 256) ** 0.5, size=(256, 10))
-    return np.concatenate([W1.reshape(-1), np.zeros(256), W2.reshape(-1),
-                           np.zeros(10)])
-
-
-def mlp(X, flat):
-    """The MLP of `mlp_params`, its parameters read from the flat vector."""
-    ends = np.cumsum(np.array([math.prod(s) for s in MLP_SHAPES])).tolist()
-    W1, b1, W2, b2 = [flat[int(e - math.prod(s)):int(e)].reshape(s)
-                      for e, s in zip(ends, MLP_SHAPES)]
-    H = npx.relu(np.dot(X.reshape(X.shape[0], -1), W1) + b1)
-    return np.dot(H, W2) + b2
-
-
-def adam(param, grad, moments, *, lr, step):
-    """One Adam step (Kingma and Ba, 2015) on `param` in place, with its
-    `moments` (m, v), also in place. Only elementwise operations: a shard
-    of the vectors gets exactly the values of the whole."""
-    m, v = moments
-    m[:] = m * 0.9 + grad * 0.1
-    v[:] = v * 0.999 + grad * grad * 0.001
-    m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.999 ** step)
-    param[:] = param - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
-
-
-def held_bytes(replica):
-    """Bytes of the arrays that one device keeps between steps."""
-    return sum(x.size * x.dtype.itemsize for x in replica.values())
-
-
-def pipeline_params(width=512):
-    """Two pipeline stages of an MLP, as lists of (weight, bias): stage 0
-    784 -> width -> width, stage 1 width -> width -> 10."""
-    def layer(n_in, n_out):
-        W = np.random.normal(scale=(2 / n_in) ** 0.5, size=(n_in, n_out))
-        return [W, np.zeros(n_out)]
-    return [layer(784, width) + layer(width, width),
-            layer(width, width) + layer(width, 10)]
-
-
-def stage_forward(X, params, last=False):
-    """One pipeline stage: its layers, each followed by a ReLU except the
-    very last layer of the model."""
-    X = X.reshape(X.shape[0], -1)
-    for i in range(0, len(params), 2):
-        X = np.dot(X, params[i]) + params[i + 1]
-        if not (last and i == len(params) - 2):
-            X = npx.relu(X)
-    return X
-
-
-def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
-               timeline=None):
-    """Forward and backward passes of one batch through the stages (stage
-    s on devices[s]) in `num_microbatches` micro-batches, in the order of
-    `gpipe_schedule`; gradients add up in each parameter's ``.grad``
-    (attach them with ``grad_req='add'``). Returns the summed loss. MXNet's
-    engine runs each device's work on its own thread; `timeline` watches
-    every result."""
-    k, m = len(devices), num_microbatches
-    b = shard_bounds(len(X), m)
-    fwd = [[None] * m for _ in range(k)]  # (input, output) of each stage
-    bwd = [[None] * m for _ in range(k)]  # gradient of each stage's input
-    losses = []
-    watch = timeline.watch if timeline else (lambda a, label: a)
-    for tick in gpipe_schedule(k, m):
-        for s, kind, j in tick:
-            if kind == 'F':
-                x = X[b[j]:b[j + 1]] if s == 0 else fwd[s - 1][j][1]
-                x = x.copyto(devices[s])
-                x.attach_grad()
-                with autograd.record():
-                    out = stage_forward(x, stage_params[s], last=s == k - 1)
-                    if s == k - 1:  # the last stage ends with the loss
-                        out = loss(out, y[b[j]:b[j + 1]].as_in_ctx(
-                            devices[s])).sum() / len(X)
-                fwd[s][j] = (x, watch(out, f'F{j}'))
-            else:
-                x, out = fwd[s][j]
-                if s == k - 1:
-                    out.backward()
-                    losses.append(out)
-                else:
-                    out.backward(bwd[s + 1][j].as_in_ctx(devices[s]))
-                bwd[s][j] = watch(x.grad, f'B{j}')
-    return float(sum(float(l) for l in losses))
 
 
 # Everything below this line is generated by `python3 tools/notebooks.py

@@ -4,35 +4,24 @@ The same public names, with the same signatures, as ``d2lpar.mxnet``.
 Everything runs on a CPU-only machine: where a lesson asks for more GPUs
 than there are, `try_devices` hands out CPU stand-ins and says so once.
 """
-import contextlib
 import copy
-import io
-import math
 import os
-import pickle
 import sys
-import tempfile
-import time
 
 # Keep the profiler's own log lines out of the lessons (set before torch).
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.autograd import DeviceType  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
-from torch.multiprocessing.spawn import ProcessException  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
-from torch.profiler import (  # noqa: E402
-    ProfilerActivity, profile, record_function)
+from torch.profiler import record_function  # noqa: E402
 
 from d2lpar import _common  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
 from d2lpar import sharding as _sharding  # noqa: E402
-from d2lpar import standins as _standins  # noqa: E402
 from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
     DistributedResult, plot_processes, print_processes)
 from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
@@ -44,8 +33,17 @@ from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
     plot_drift,
     bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
     plot_memory, shard_bounds, zero_memory)
-from d2lpar._timer import Timer  # noqa: E402
-from d2lpar.i18n import N_, error_message  # noqa: E402
+from d2lpar._timer import Timer  # noqa: E402,F401
+from d2lpar._torch.devices import (  # noqa: E402,F401 (framework glue)
+    Benchmark, copy_bandwidth, cpu, gpu, launch, load_data_fashion_mnist,
+    measure_allreduce, num_gpus, products_that_fit, synchronize,
+    try_all_gpus, try_devices, try_gpu, _threads_of)
+from d2lpar._torch.models import (  # noqa: E402,F401
+    MLP_SHAPES, adam, gpipe_step, held_bytes, lenet_params, loss, mlp,
+    mlp_params, pipeline_params, stage_forward)
+from d2lpar._torch.processes import _run_processes  # noqa: E402
+from d2lpar._torch.timeline import Timeline  # noqa: E402
+from d2lpar.i18n import error_message  # noqa: E402
 
 __all__ = _common.SHARED + _common.BACKEND
 
@@ -58,311 +56,8 @@ d2l = sys.modules[__name__]
 
 
 # --------------------------------------------------------------------------
-# Devices
-# --------------------------------------------------------------------------
-def cpu():
-    """The CPU device."""
-    return torch.device('cpu')
-
-
-def num_gpus():
-    """How many GPUs PyTorch can see."""
-    return torch.cuda.device_count()
-
-
-def gpu(i=0):
-    """The `i`-th GPU; a ValueError if this machine has no such GPU."""
-    if not isinstance(i, int) or i < 0:
-        raise TypeError(error_message(
-            'A GPU index is an int >= 0, got {i!r}.', i=i))
-    if i >= num_gpus():
-        raise ValueError(error_message(
-            'There is no GPU {i}: this machine has {n} GPU(s). Use '
-            'try_gpu({i}) to fall back to the CPU.', i=i, n=num_gpus()))
-    return torch.device(f'cuda:{i}')
-
-
-def try_gpu(i=0):
-    """The `i`-th GPU if it exists, else the CPU."""
-    return gpu(i) if i < num_gpus() else cpu()
-
-
-def try_all_gpus():
-    """All GPUs, or ``[cpu()]`` when there is none (never an empty list)."""
-    return [gpu(i) for i in range(num_gpus())] or [cpu()]
-
-
-def try_devices(num_devices):
-    """`num_devices` devices for a lesson: the first GPUs when there are
-    enough, else `num_devices` CPU stand-ins ``cpu:0``, ``cpu:1``, ...,
-    saying once what it fell back to. Each stand-in computes on its own
-    worker thread with half of the CPU's threads (`launch`)."""
-    if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(error_message(
-            'num_devices must be an int >= 1, got {num_devices!r}.',
-            num_devices=num_devices))
-    if num_gpus() >= num_devices:
-        return [gpu(i) for i in range(num_devices)]
-    say_once(_common.fallback_notice(
-        num_devices, num_gpus(), _STAND_INS.num_threads,
-        ', '.join(f'cpu:{i}' for i in range(num_devices))))
-    return [torch.device('cpu', i) for i in range(num_devices)]
-
-
-def products_that_fit(num_products, shape, devices):
-    """How many of `num_products` float32 results of `shape` fit, with
-    their input matrix, into the free memory of every GPU among `devices`
-    (keeping a tenth of it, at least 256 MiB, for the framework): all
-    `num_products` on the CPU and on CPU stand-ins, fewer on a GPU with
-    too little free memory (the book's 50 products of 4000x4000 keep
-    3.2 GB of results on each GPU). A ValueError when not even one fits.
-    The free memory is what the driver reports
-    (``torch.cuda.mem_get_info``) plus what PyTorch's caching allocator
-    holds unused."""
-    def free_bytes(device):
-        device = torch.device(device)
-        if device.type != 'cuda':
-            return None
-        cached = (torch.cuda.memory_reserved(device)
-                  - torch.cuda.memory_allocated(device))
-        return torch.cuda.mem_get_info(device)[0] + cached
-
-    return _common.products_that_fit_with(free_bytes, num_products, shape,
-                                          devices)
-
-
-# The worker threads of the CPU stand-ins: each computes with half of the
-# threads PyTorch was given (torch.set_num_threads in a thread sets that
-# thread's own count)
-_STAND_INS = _standins.StandIns(
-    torch.set_num_threads,
-    _standins.threads_per_stand_in(torch.get_num_threads()))
-_copy_streams = {}
-
-
-def launch(device, fn, *args, queue='compute'):
-    """Queue ``fn(*args)`` on `device` and return a Future of its result;
-    Futures among `args` (also in lists) are waited for first.
-
-    On a GPU, `fn` is called at once: its kernels are queued on the GPU's
-    current stream ('compute'), or on a side stream that first waits for
-    all the work queued before it ('copy'), and return before they run. A
-    CPU stand-in hands `fn` to its worker thread for that queue, which
-    computes with its own share of the cores. PyTorch computes CPU
-    operators in the thread that calls them, so without a worker of its
-    own a stand-in could never compute beside another. On the whole CPU
-    (``cpu()``), `fn` runs at once and the Future is already done.
-    `synchronize` waits for all of it."""
-    device = torch.device(device)
-    _standins.check_queue(queue)
-    if device.type == 'cpu' and device.index is not None:
-        return _STAND_INS.submit(device.index, queue, fn, args, str(device)
-                                 + (' copy' if queue == 'copy' else ''))
-    if device.type != 'cuda':
-        return _standins.done(fn(*_standins.resolve(args)))
-    stream = (_copy_stream(device) if queue == 'copy'
-              else torch.cuda.current_stream(device))
-    # As on a stand-in, work waits for the Futures it is given: for copies
-    # queued on the side stream, through the event recorded after them
-    for event in _events(args):
-        stream.wait_event(event)
-    if queue == 'copy':  # ordered after all work queued so far
-        stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.device(device), torch.cuda.stream(stream):
-        values = _standins.resolve(args)
-        if queue == 'copy':  # memory the side stream reads stays reserved
-            for t in _cuda_tensors(values):
-                t.record_stream(stream)
-        future = _standins.done(fn(*values))
-        future.cuda_event = stream.record_event()
-    return future
-
-
-def _copy_stream(device):
-    if device not in _copy_streams:
-        _copy_streams[device] = torch.cuda.Stream(device)
-    return _copy_streams[device]
-
-
-def _events(args):
-    """The CUDA events of the Futures among `args` (also in lists)."""
-    return [a.cuda_event for a in _standins.flat(args)
-            if getattr(a, 'cuda_event', None) is not None]
-
-
-def _cuda_tensors(values):
-    return [v for v in _standins.flat(values)
-            if isinstance(v, torch.Tensor) and v.is_cuda]
-
-
-def synchronize(devices=None):
-    """Wait until `devices` (default: all GPUs and CPU stand-ins) finish
-    their queued work, and raise here the first error of that work.
-
-    CUDA kernels run asynchronously: ``torch.cuda.synchronize``. A CPU
-    stand-in's work runs on its worker threads: wait for them. On the whole
-    CPU (``cpu()``) PyTorch returns from an operator when it is done, so
-    there is nothing to wait for."""
-    devices = None if devices is None else [
-        torch.device(d) for d in check_devices(devices)]
-    _STAND_INS.wait(None if devices is None else [
-        d.index for d in devices if d.type == 'cpu' and d.index is not None])
-    for d in try_all_gpus() if devices is None else devices:
-        if d.type == 'cuda':
-            torch.cuda.synchronize(d)
-
-
-class Benchmark(_common.Benchmark):
-    __doc__ = _common.Benchmark.__doc__
-    _synchronize = staticmethod(synchronize)
-
-
-def _kind(name):
-    return 'copy' if ('copy' in name.lower() or name == 'aten::to'
-                      or 'Memcpy' in name or name in ('split', 'allreduce')
-                      ) else 'compute'
-
-
-class Timeline(_common.Timeline):
-    """Record what runs where inside a ``with`` block, then `plot` it.
-
-    Built on ``torch.profiler`` (CPU activities, plus CUDA ones when there
-    is a GPU): every operator of the block is recorded, top-level CPU
-    operators in one row per thread, GPU kernels and copies in one row per
-    GPU. `watch` only returns its argument: the profiler needs no help.
-    `save(path)` writes the profiler's Chrome trace for Perfetto.
-    """
-    source = 'torch.profiler'
-
-    def __enter__(self):
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-        self._prof = profile(activities=activities)
-        synchronize()  # leave earlier work out of the picture
-        with _common.quiet_stderr():
-            self._prof.__enter__()
-        # The profiler sees only this thread: the stand-ins' workers note
-        # their work themselves, on the clock of the marker below
-        _standins.recorder.start()
-        with record_function('d2lpar: clock'):
-            self._clock = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc_info):
-        try:
-            synchronize()
-        except Exception:
-            if exc_info[0] is None:  # else the block's own error says more
-                raise
-        finally:
-            workers = _standins.recorder.stop()
-            with _common.quiet_stderr():
-                self._prof.__exit__(*exc_info)
-                raw = list(self._prof.events())
-        threads, spans, offset = {}, [], 0
-        for e in raw:
-            if e.name == 'd2lpar: clock':
-                offset = e.time_range.start - 1e6 * self._clock
-                continue
-            if e.device_type == DeviceType.CPU:
-                if e.cpu_parent is not None:
-                    continue  # only top-level operators
-                row = threads.setdefault(e.thread,
-                                         f'CPU thread {len(threads)}')
-            else:
-                row = f'cuda:{e.device_index}'
-            spans.append((e.name, row, e.time_range.start, e.time_range.end))
-        if len(threads) == 1:  # name the one thread by what it is
-            one = N_('main thread') if workers else 'CPU'
-            spans = [(n, one if r.startswith('CPU') else r, a, b)
-                     for n, r, a, b in spans]
-        spans += [(n, r, 1e6 * a + offset, 1e6 * b + offset)
-                  for n, r, a, b, _ in workers]
-        kinds = {(n, r): k for n, r, _, _, k in workers}
-        t0 = min((s[2] for s in spans), default=0)
-        self.events = [_common.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
-                                     kinds.get((n, r), _kind(n)))
-                       for n, r, a, b in sorted(spans, key=lambda s: s[2])]
-        return False
-
-    def save(self, path):
-        self._prof.export_chrome_trace(str(path))
-        return path
-
-
-def _make_data(k, n):
-    return [torch.zeros(n, device=d) for d in try_devices(k)]  # no overflow
-
-
-def measure_allreduce(fns, sizes, device_counts, repeat=3):
-    """Time each allreduce function of `fns` on `try_devices(k)` for each
-    k in `device_counts` and each size in `sizes` (float32 numbers per
-    device); see `plot_allreduce`."""
-    rows = _common.measure_allreduce_with(
-        _make_data, synchronize, fns, sizes, device_counts, repeat)
-    for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
-        r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
-    return rows
-
-
-def copy_bandwidth(device=None, num_bytes=1 << 26):
-    """Memory-copy bandwidth of `device` (default: the first GPU, else
-    the CPU) in bytes read plus written per second."""
-    device = try_gpu() if device is None else device
-    x = torch.ones(num_bytes // 4, device=device)
-    y = torch.empty_like(x)
-
-    def copy():
-        y.copy_(x)
-        return num_bytes
-
-    return _common.measure_copy_bandwidth_with(copy, synchronize)
-
-
-# --------------------------------------------------------------------------
-# Data
-# --------------------------------------------------------------------------
-def _to_tensors(X, y):
-    X, y = torch.from_numpy(X), torch.from_numpy(y)
-    if torch.cuda.is_available():  # pinned memory allows non_blocking copies
-        X, y = X.pin_memory(), y.pin_memory()
-    return X, y
-
-
-def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
-    """Iterators over Fashion-MNIST (train, test), from the cache folder
-    `data_dir()`, downloading it when the network allows; offline, over a
-    synthetic stand-in with the same shapes, saying so once. `num_train`
-    and `num_test` keep only the first examples, for quick CPU runs."""
-    return _common.load_data_fashion_mnist_with(
-        _to_tensors, batch_size, num_train, num_test)
-
-
-# --------------------------------------------------------------------------
-# The toy network of the multi-GPU chapter
-# --------------------------------------------------------------------------
-def lenet_params():
-    """Fresh parameters of the LeNet-style network, on the CPU: weights
-    with standard deviation sqrt(2 / inputs of one output) (He et al.,
-    2015), biases 0."""
-    def init(shape, num_inputs):
-        return torch.randn(size=shape) * (2 / num_inputs) ** 0.5
-
-    return [init((20, 1, 3, 3), 9), torch.zeros(20),
-            init((50, 20, 5, 5), 500), torch.zeros(50),
-            init((800, 128), 800), torch.zeros(128),
-            init((128, 10), 128), torch.zeros(10)]
-
-
-loss = nn.CrossEntropyLoss(reduction='none')
-
-
-# --------------------------------------------------------------------------
 # Data parallelism from scratch
 # --------------------------------------------------------------------------
-
-
 def _memory(x):
     return (str(x.device), x.data_ptr()) if x.numel() else id(x)
 
@@ -468,133 +163,6 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
 # --------------------------------------------------------------------------
 # Concise implementation: ResNet-18 with DistributedDataParallel
 # --------------------------------------------------------------------------
-
-
-def _quiet_worker(rank, *args):
-    """`ddp_worker`, with the data notices that the parent already
-    printed kept out of the notebook."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        ddp_worker(rank, *args)
-
-
-def _check_importable(net):
-    for m in net.modules():
-        if type(m).__module__ == '__main__':
-            raise ValueError(error_message(
-                'The layer class {name} is defined in this notebook or '
-                'script; the processes train_concise starts cannot import '
-                'it. Move it into a .py file and import it, or build the '
-                'network from torch.nn layers.', name=type(m).__name__))
-
-
-class _Mailbox:
-    """What `ddp_worker` calls `queue`: ``put(message)`` sends a message
-    from a training process to the parent, which ``take()``s them in the
-    order they were put (only rank 0 sends).
-
-    Each message is pickled into a file of its own, written under a
-    temporary name and renamed into place. A pipe would do in a happy
-    run, but a process killed half-way through writing the trained
-    parameters into one would leave the parent waiting for the rest of a
-    message that never comes; a half-written file is simply never
-    renamed, and the parent sees the process end and says so."""
-
-    def __init__(self, folder):
-        self.folder, self.sent, self.received = folder, 0, 0
-
-    def put(self, message):
-        path = os.path.join(self.folder, f'{self.sent:08d}.msg')
-        with open(path + '.part', 'wb') as f:
-            pickle.dump(message, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(path + '.part', path)
-        self.sent += 1
-
-    def take(self):
-        """The messages that arrived since the last call, oldest first."""
-        messages = []
-        while True:
-            path = os.path.join(self.folder, f'{self.received:08d}.msg')
-            if not os.path.exists(path):
-                return messages
-            with open(path, 'rb') as f:
-                messages.append(pickle.load(f))
-            os.remove(path)
-            self.received += 1
-
-
-def _run_processes(net, devices, settings, report, timeout=3600):
-    """Run `ddp_worker` in one spawned process per device, pass their
-    reports on as they come, and load the parameters rank 0 trained into
-    `net`. A failed process stops all of them, with its error; so does a
-    run in which no epoch ends for `timeout` seconds."""
-    _check_importable(net)
-    net = net.cpu()
-    with tempfile.TemporaryDirectory(prefix='d2lpar-') as folder:
-        mailbox = _Mailbox(folder)
-        procs = torch.multiprocessing.start_processes(
-            _quiet_worker, nprocs=len(devices), join=False,
-            start_method='spawn',
-            args=(len(devices), _distributed.free_port(), net, devices,
-                  settings, mailbox))
-        state = _watch_processes(procs, mailbox, report, timeout)
-    if state is None:
-        raise RuntimeError(error_message(
-            'The training processes ended without sending back the trained '
-            'parameters.'))
-    net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-
-
-def _watch_processes(procs, mailbox, report, timeout):
-    """Pass the reports of `procs` on until all have ended, and return the
-    trained state; stop every process on a failure or a stall, and in any
-    case leave none running."""
-    deadline, state = time.monotonic() + timeout, None
-    try:
-        done = False
-        while not done:
-            try:
-                done = procs.join(timeout=0.1)
-            except ProcessException as e:
-                raise RuntimeError(error_message(
-                    'A training process failed, so train_concise stopped '
-                    'all of them:') + f'\n{e}') from None
-            for kind, *payload in mailbox.take():
-                if kind == 'epoch':
-                    report(*payload)
-                    deadline = time.monotonic() + timeout
-                else:
-                    state = payload[0]
-            if not done and time.monotonic() > deadline:
-                raise RuntimeError(error_message(
-                    'No epoch of train_concise ended within {timeout} s, so '
-                    'it stopped the processes: are they stuck? Try fewer '
-                    'examples or a thinner network.', timeout=timeout))
-    finally:
-        for p in procs.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in procs.processes:  # SIGKILL what SIGTERM did not end
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return state
-
-
-@contextlib.contextmanager
-def _threads_of(device):
-    """Compute in this thread with the share of the cores of `device`
-    when it is a CPU stand-in, so that one stand-in here compares like
-    with like against a process per stand-in."""
-    before = torch.get_num_threads()
-    if device.type == 'cpu' and device.index is not None:
-        torch.set_num_threads(_STAND_INS.num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def train_concise(net, devices, batch_size, lr, num_epochs=10,
                   num_train=None, num_test=None, warmup_epochs=0,
                   plot=True):
@@ -663,111 +231,8 @@ def distributed_commands(hosts, workers_per_host=1, port=29500,
 # --------------------------------------------------------------------------
 # Lesson 5: beyond data parallelism
 # --------------------------------------------------------------------------
-
-
 def _shape(x):
     return x.shape
-
-
-MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
-
-
-def mlp_params():
-    """The parameters of an MLP with one hidden layer, in one flat vector:
-    weights drawn with standard deviation sqrt(2 / inputs), zero biases."""
-    W1 = torch.randn(784, 256) * (2 / 784) ** 0.5
-    W2 = torch.randn(256, 10) * (2 / 256) ** 0.5
-    return torch.cat([W1.reshape(-1), torch.zeros(256), W2.reshape(-1),
-                      torch.zeros(10)])
-
-
-def mlp(X, flat):
-    """The MLP of `mlp_params`, its parameters read from the flat vector."""
-    sizes = [math.prod(shape) for shape in MLP_SHAPES]
-    W1, b1, W2, b2 = [p.reshape(shape) for p, shape in zip(
-        flat.split(sizes), MLP_SHAPES)]
-    H = F.relu(X.reshape(X.shape[0], -1) @ W1 + b1)
-    return H @ W2 + b2
-
-
-def adam(param, grad, moments, *, lr, step):
-    """One Adam step (Kingma and Ba, 2015) on `param` in place, with its
-    `moments` (m, v), also in place. Only elementwise operations: a shard
-    of the vectors gets exactly the values of the whole."""
-    m, v = moments
-    with torch.no_grad():
-        m.mul_(0.9).add_(grad * 0.1)
-        v.mul_(0.999).add_(grad * grad * 0.001)
-        m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.999 ** step)
-        param.sub_(lr * m_hat / (v_hat.sqrt() + 1e-8))
-
-
-def held_bytes(replica):
-    """Bytes of the arrays that one device keeps between steps."""
-    return sum(x.numel() * x.element_size() for x in replica.values())
-
-
-def pipeline_params(width=512):
-    """Two pipeline stages of an MLP, as lists of (weight, bias): stage 0
-    784 -> width -> width, stage 1 width -> width -> 10."""
-    def layer(n_in, n_out):
-        return [torch.randn(n_in, n_out) * (2 / n_in) ** 0.5,
-                torch.zeros(n_out)]
-    return [layer(784, width) + layer(width, width),
-            layer(width, width) + layer(width, 10)]
-
-
-def stage_forward(X, params, last=False):
-    """One pipeline stage: its layers, each followed by a ReLU except the
-    very last layer of the model."""
-    X = X.reshape(X.shape[0], -1)
-    for i in range(0, len(params), 2):
-        X = X @ params[i] + params[i + 1]
-        if not (last and i == len(params) - 2):
-            X = F.relu(X)
-    return X
-
-
-def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
-               timeline=None):
-    """Forward and backward passes of one batch through the stages (stage
-    s on devices[s]) in `num_microbatches` micro-batches, in the order of
-    `gpipe_schedule`; gradients add up in each parameter's ``.grad``.
-    Returns the summed loss. (`timeline` is for MXNet, which needs it.)"""
-    k, m = len(devices), num_microbatches
-    X_parts, y_parts = X.tensor_split(m), y.tensor_split(m)
-    fwd = [[None] * m for _ in range(k)]  # (input, output) of each stage
-    bwd = [[None] * m for _ in range(k)]  # gradient of each stage's input
-    losses = []
-
-    def forward(s, j):
-        def F_(previous):  # the name shows on the timeline
-            x = previous if s == 0 else previous[1]
-            x = x.detach().to(devices[s]).requires_grad_(s > 0)
-            return x, stage_forward(x, stage_params[s], last=s == k - 1)
-        F_.__name__ = f'F{j}'
-        previous = X_parts[j] if s == 0 else fwd[s - 1][j]
-        fwd[s][j] = launch(devices[s], F_, previous)
-
-    def backward(s, j):
-        def B_(pair, grad):
-            x, out = pair
-            if s == k - 1:  # the last stage starts from the loss
-                l = loss(out, y_parts[j].to(out.device)).sum() / len(X)
-                l.backward()
-                losses.append(l.detach())
-            else:
-                out.backward(grad.to(out.device))
-            return x.grad if s > 0 else None
-        B_.__name__ = f'B{j}'
-        grad = None if s == k - 1 else bwd[s + 1][j]
-        bwd[s][j] = launch(devices[s], B_, fwd[s][j], grad)
-
-    for tick in gpipe_schedule(k, m):
-        for s, kind, j in tick:
-            (forward if kind == 'F' else backward)(s, j)
-    synchronize(devices)
-    return float(sum(float(l) for l in losses))
 
 
 # Everything below this line is generated by `python3 tools/notebooks.py

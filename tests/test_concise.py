@@ -191,7 +191,7 @@ def test_a_message_cut_short_is_never_read(tmp_path):
     then sees the process end); whole messages arrive in order."""
     import pickle
 
-    from d2lpar.torch import _Mailbox
+    from d2lpar._torch.processes import _Mailbox
     worker, parent = _Mailbox(str(tmp_path)), _Mailbox(str(tmp_path))
     worker.put(('epoch', 0, 0.5, 1.0))
     worker.put(('epoch', 1, 0.75, 1.0))

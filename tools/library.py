@@ -14,7 +14,6 @@ tools/notebooks.py calls `build` and `check` (stdlib only)::
     python3 tools/notebooks.py build   # also rewrites the generated parts
     python3 tools/notebooks.py check   # and fails when one is out of date
 """
-import pathlib
 import re
 
 # The lessons, in the order of the course.

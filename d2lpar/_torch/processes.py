@@ -1,0 +1,127 @@
+"""The processes of `train_concise` on several devices: one spawned per
+device, their reports passed back through a mailbox of files, and none
+left running whatever happens."""
+import contextlib
+import io
+import os
+import pickle
+import tempfile
+import time
+
+import torch
+from torch.multiprocessing.spawn import ProcessException
+
+from d2lpar import distributed as _distributed
+from d2lpar.i18n import error_message
+
+
+def _quiet_worker(rank, *args):
+    """`ddp_worker`, with the data notices that the parent already
+    printed kept out of the notebook."""
+    from d2lpar import torch as d2l  # ddp_worker comes from the lesson
+    with contextlib.redirect_stdout(io.StringIO()):
+        d2l.ddp_worker(rank, *args)
+
+
+def _check_importable(net):
+    for m in net.modules():
+        if type(m).__module__ == '__main__':
+            raise ValueError(error_message(
+                'The layer class {name} is defined in this notebook or '
+                'script; the processes train_concise starts cannot import '
+                'it. Move it into a .py file and import it, or build the '
+                'network from torch.nn layers.', name=type(m).__name__))
+
+
+class _Mailbox:
+    """What `ddp_worker` calls `queue`: ``put(message)`` sends a message
+    from a training process to the parent, which ``take()``s them in the
+    order they were put (only rank 0 sends).
+
+    Each message is pickled into a file of its own, written under a
+    temporary name and renamed into place. A pipe would do in a happy
+    run, but a process killed half-way through writing the trained
+    parameters into one would leave the parent waiting for the rest of a
+    message that never comes; a half-written file is simply never
+    renamed, and the parent sees the process end and says so."""
+
+    def __init__(self, folder):
+        self.folder, self.sent, self.received = folder, 0, 0
+
+    def put(self, message):
+        path = os.path.join(self.folder, f'{self.sent:08d}.msg')
+        with open(path + '.part', 'wb') as f:
+            pickle.dump(message, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(path + '.part', path)
+        self.sent += 1
+
+    def take(self):
+        """The messages that arrived since the last call, oldest first."""
+        messages = []
+        while True:
+            path = os.path.join(self.folder, f'{self.received:08d}.msg')
+            if not os.path.exists(path):
+                return messages
+            with open(path, 'rb') as f:
+                messages.append(pickle.load(f))
+            os.remove(path)
+            self.received += 1
+
+
+def _run_processes(net, devices, settings, report, timeout=3600):
+    """Run `ddp_worker` in one spawned process per device, pass their
+    reports on as they come, and load the parameters rank 0 trained into
+    `net`. A failed process stops all of them, with its error; so does a
+    run in which no epoch ends for `timeout` seconds."""
+    _check_importable(net)
+    net = net.cpu()
+    with tempfile.TemporaryDirectory(prefix='d2lpar-') as folder:
+        mailbox = _Mailbox(folder)
+        procs = torch.multiprocessing.start_processes(
+            _quiet_worker, nprocs=len(devices), join=False,
+            start_method='spawn',
+            args=(len(devices), _distributed.free_port(), net, devices,
+                  settings, mailbox))
+        state = _watch_processes(procs, mailbox, report, timeout)
+    if state is None:
+        raise RuntimeError(error_message(
+            'The training processes ended without sending back the trained '
+            'parameters.'))
+    net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+
+
+def _watch_processes(procs, mailbox, report, timeout):
+    """Pass the reports of `procs` on until all have ended, and return the
+    trained state; stop every process on a failure or a stall, and in any
+    case leave none running."""
+    deadline, state = time.monotonic() + timeout, None
+    try:
+        done = False
+        while not done:
+            try:
+                done = procs.join(timeout=0.1)
+            except ProcessException as e:
+                raise RuntimeError(error_message(
+                    'A training process failed, so train_concise stopped '
+                    'all of them:') + f'\n{e}') from None
+            for kind, *payload in mailbox.take():
+                if kind == 'epoch':
+                    report(*payload)
+                    deadline = time.monotonic() + timeout
+                else:
+                    state = payload[0]
+            if not done and time.monotonic() > deadline:
+                raise RuntimeError(error_message(
+                    'No epoch of train_concise ended within {timeout} s, so '
+                    'it stopped the processes: are they stuck? Try fewer '
+                    'examples or a thinner network.', timeout=timeout))
+    finally:
+        for p in procs.processes:
+            if p.is_alive():
+                p.terminate()
+        for p in procs.processes:  # SIGKILL what SIGTERM did not end
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return state

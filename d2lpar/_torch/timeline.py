@@ -1,0 +1,85 @@
+"""`Timeline` for PyTorch: what runs where, from ``torch.profiler``."""
+import time
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from d2lpar import _common
+from d2lpar import standins as _standins
+from d2lpar._torch.devices import synchronize
+from d2lpar.i18n import N_
+
+
+def _kind(name):
+    return 'copy' if ('copy' in name.lower() or name == 'aten::to'
+                      or 'Memcpy' in name or name in ('split', 'allreduce')
+                      ) else 'compute'
+
+
+class Timeline(_common.Timeline):
+    """Record what runs where inside a ``with`` block, then `plot` it.
+
+    Built on ``torch.profiler`` (CPU activities, plus CUDA ones when there
+    is a GPU): every operator of the block is recorded, top-level CPU
+    operators in one row per thread, GPU kernels and copies in one row per
+    GPU. `watch` only returns its argument: the profiler needs no help.
+    `save(path)` writes the profiler's Chrome trace for Perfetto.
+    """
+    source = 'torch.profiler'
+
+    def __enter__(self):
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(activities=activities)
+        synchronize()  # leave earlier work out of the picture
+        with _common.quiet_stderr():
+            self._prof.__enter__()
+        # The profiler sees only this thread: the stand-ins' workers note
+        # their work themselves, on the clock of the marker below
+        _standins.recorder.start()
+        with record_function('d2lpar: clock'):
+            self._clock = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info):
+        try:
+            synchronize()
+        except Exception:
+            if exc_info[0] is None:  # else the block's own error says more
+                raise
+        finally:
+            workers = _standins.recorder.stop()
+            with _common.quiet_stderr():
+                self._prof.__exit__(*exc_info)
+                raw = list(self._prof.events())
+        threads, spans, offset = {}, [], 0
+        for e in raw:
+            if e.name == 'd2lpar: clock':
+                offset = e.time_range.start - 1e6 * self._clock
+                continue
+            if e.device_type == DeviceType.CPU:
+                if e.cpu_parent is not None:
+                    continue  # only top-level operators
+                row = threads.setdefault(e.thread,
+                                         f'CPU thread {len(threads)}')
+            else:
+                row = f'cuda:{e.device_index}'
+            spans.append((e.name, row, e.time_range.start, e.time_range.end))
+        if len(threads) == 1:  # name the one thread by what it is
+            one = N_('main thread') if workers else 'CPU'
+            spans = [(n, one if r.startswith('CPU') else r, a, b)
+                     for n, r, a, b in spans]
+        spans += [(n, r, 1e6 * a + offset, 1e6 * b + offset)
+                  for n, r, a, b, _ in workers]
+        kinds = {(n, r): k for n, r, _, _, k in workers}
+        t0 = min((s[2] for s in spans), default=0)
+        self.events = [_common.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
+                                     kinds.get((n, r), _kind(n)))
+                       for n, r, a, b in sorted(spans, key=lambda s: s[2])]
+        return False
+
+    def save(self, path):
+        self._prof.export_chrome_trace(str(path))
+        return path
