@@ -18,22 +18,11 @@ from torch.nn import functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.profiler import record_function  # noqa: E402
 
+from d2lpar import _backend  # noqa: E402
 from d2lpar import _common  # noqa: E402
-from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
 from d2lpar import sharding as _sharding  # noqa: E402
-from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
-    DistributedResult, plot_processes, print_processes)
-from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
-    Animator, DataError, TrainResult, check_devices,
-    check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
-    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
-    source_code, use_language,
-    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
-    plot_drift,
-    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
-    plot_memory, shard_bounds, zero_memory)
-from d2lpar._timer import Timer  # noqa: E402,F401
+from d2lpar._backend import *  # noqa: E402,F401,F403 (shared names)
 from d2lpar._torch.devices import (  # noqa: E402,F401 (framework glue)
     Benchmark, copy_bandwidth, cpu, gpu, launch, load_data_fashion_mnist,
     measure_allreduce, num_gpus, products_that_fit, synchronize,
@@ -122,22 +111,18 @@ def _max_abs_diff(a, b):
     return float((a.detach() - b.detach().to(a.device)).abs().max())
 
 
-def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
-                    num_test=None):
-    """Train two copies of `params` side by side with `train_batch`, one
-    on `try_devices(1)`, the other on `try_devices(2)`, on the minibatches
-    that `train` sees with the same arguments, and return the largest
-    absolute difference between the two sets of parameters after each of
-    the first `num_steps` steps (see `plot_drift`)."""
-    return _common.parameter_drift_with(
-        load_data_fashion_mnist, try_devices, get_params, train_batch,
-        _max_abs_diff, params, batch_size, lr, num_steps, num_train,
-        num_test)
+# Written once for both backends (d2lpar/_backend.py)
+_FRAMEWORK = 'torch'
+parameter_drift, train_distributed, distributed_commands = [
+    _backend.bind(fn, __name__) for fn in (
+        _backend.parameter_drift, _backend.train_distributed,
+        _backend.distributed_commands)]
 
 
 def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
-    """Run one step of `train_batch`, the same computation in the same
-    order, and return its `Timeline`: the split, the allreduce and the
+    """Run one step of `train_batch` (gradients summed with `reduce`,
+    `allreduce` by default), the same computation in the same order, and
+    return its `Timeline`: the split, the allreduce and the
     update are marked with ``torch.profiler.record_function``; on CPU
     stand-ins each device's forward and backward pass is a bar of its
     own row."""
@@ -194,38 +179,6 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 
     return _common.run_concise(devices, batch_size, num_epochs, num_train,
                                num_test, plot, train)
-
-
-# --------------------------------------------------------------------------
-# Several processes, on this machine or on several (d2lpar.distributed)
-# --------------------------------------------------------------------------
-def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
-                      num_train=None, num_test=None, port=None, timeout=300,
-                      crash_at_step=None, use_gpus=None,
-                      sharded=False):
-    """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
-    (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
-    global batch; print and return a `DistributedResult` with the times of
-    every process. A crashed worker, a port in use or the `timeout` end the
-    run with a RuntimeError, and no process is left behind;
-    `crash_at_step` makes the last process fail on purpose.
-    The processes train on GPUs when each can have one of its own, else
-    on the CPU; `use_gpus` False puts them on the CPU in any case, True
-    requires the GPUs. `sharded` True shards the model with FSDP
-    (PyTorch only; MXNet raises NotImplementedError). Runs to be
-    compared use the same kind of device."""
-    return _distributed.train('torch', num_workers, batch_size, lr,
-                              num_epochs, num_train, num_test, port, timeout,
-                              crash_at_step, use_gpus=use_gpus,
-                              sharded=sharded)
-
-
-def distributed_commands(hosts, workers_per_host=1, port=29500,
-                         out_dir='OUT'):
-    """The command lines that run the same training on the machines
-    `hosts` (the first one coordinates), one line per command."""
-    return _distributed.command_for_machines('torch', hosts,
-                                             workers_per_host, port, out_dir)
 
 
 # --------------------------------------------------------------------------

@@ -53,6 +53,8 @@ def extract(pot=POT):
                    '--version', version['__version__'],
                    '--copyright-holder', 'the d2lpar authors',
                    '--no-wrap', '--sort-by-file', '--add-location', 'file',
+                   # not the default '.* ._': d2lpar/_torch, _mxnet count
+                   '--ignore-dirs', '.* __pycache__',
                    '-o', str(pot), 'd2lpar')
 
 

@@ -5,10 +5,10 @@ import contextlib
 
 import torch
 
+from d2lpar import _backend
 from d2lpar import _common
 from d2lpar import standins as _standins
-from d2lpar._common import check_devices, say_once
-from d2lpar.i18n import error_message
+from d2lpar._common import check_devices
 
 
 def cpu():
@@ -21,65 +21,13 @@ def num_gpus():
     return torch.cuda.device_count()
 
 
-def gpu(i=0):
-    """The `i`-th GPU; a ValueError if this machine has no such GPU."""
-    if not isinstance(i, int) or i < 0:
-        raise TypeError(error_message(
-            'A GPU index is an int >= 0, got {i!r}.', i=i))
-    if i >= num_gpus():
-        raise ValueError(error_message(
-            'There is no GPU {i}: this machine has {n} GPU(s). Use '
-            'try_gpu({i}) to fall back to the CPU.', i=i, n=num_gpus()))
-    return torch.device(f'cuda:{i}')
-
-
-def try_gpu(i=0):
-    """The `i`-th GPU if it exists, else the CPU."""
-    return gpu(i) if i < num_gpus() else cpu()
-
-
-def try_all_gpus():
-    """All GPUs, or ``[cpu()]`` when there is none (never an empty list)."""
-    return [gpu(i) for i in range(num_gpus())] or [cpu()]
-
-
-def try_devices(num_devices):
-    """`num_devices` devices for a lesson: the first GPUs when there are
-    enough, else `num_devices` CPU stand-ins ``cpu:0``, ``cpu:1``, ...,
-    saying once what it fell back to. Each stand-in computes on its own
-    worker thread with half of the CPU's threads (`launch`)."""
-    if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(error_message(
-            'num_devices must be an int >= 1, got {num_devices!r}.',
-            num_devices=num_devices))
-    if num_gpus() >= num_devices:
-        return [gpu(i) for i in range(num_devices)]
-    say_once(_common.fallback_notice(
-        num_devices, num_gpus(), _STAND_INS.num_threads,
-        ', '.join(f'cpu:{i}' for i in range(num_devices))))
-    return [torch.device('cpu', i) for i in range(num_devices)]
-
-
-def products_that_fit(num_products, shape, devices):
-    """How many of `num_products` float32 results of `shape` fit, with
-    their input matrix, into the free memory of every GPU among `devices`
-    (keeping a tenth of it, at least 256 MiB, for the framework): all
-    `num_products` on the CPU and on CPU stand-ins, fewer on a GPU with
-    too little free memory (the book's 50 products of 4000x4000 keep
-    3.2 GB of results on each GPU). A ValueError when not even one fits.
-    The free memory is what the driver reports
-    (``torch.cuda.mem_get_info``) plus what PyTorch's caching allocator
-    holds unused."""
-    def free_bytes(device):
-        device = torch.device(device)
-        if device.type != 'cuda':
-            return None
-        cached = (torch.cuda.memory_reserved(device)
-                  - torch.cuda.memory_allocated(device))
-        return torch.cuda.mem_get_info(device)[0] + cached
-
-    return _common.products_that_fit_with(free_bytes, num_products, shape,
-                                          devices)
+def _free_bytes(device):
+    device = torch.device(device)
+    if device.type != 'cuda':
+        return None
+    cached = (torch.cuda.memory_reserved(device)
+              - torch.cuda.memory_allocated(device))
+    return torch.cuda.mem_get_info(device)[0] + cached
 
 
 # The worker threads of the CPU stand-ins: each computes with half of the
@@ -91,6 +39,28 @@ _STAND_INS = _standins.StandIns(
 
 
 _copy_streams = {}
+
+
+def _gpu_device(i):
+    return torch.device(f'cuda:{i}')
+
+
+def _stand_in(i):
+    return torch.device('cpu', i)
+
+
+def _stand_in_label(i):
+    return f'cpu:{i}'
+
+
+def _stand_in_threads():
+    return _STAND_INS.num_threads
+
+
+# Written once for both backends (d2lpar/_backend.py)
+(gpu, try_gpu, try_all_gpus, try_devices, products_that_fit,
+ measure_allreduce, load_data_fashion_mnist) = _backend.device_functions(
+    __name__)
 
 
 def launch(device, fn, *args, queue='compute'):
@@ -174,17 +144,6 @@ def _make_data(k, n):
     return [torch.zeros(n, device=d) for d in try_devices(k)]  # no overflow
 
 
-def measure_allreduce(fns, sizes, device_counts, repeat=3):
-    """Time each allreduce function of `fns` on `try_devices(k)` for each
-    k in `device_counts` and each size in `sizes` (float32 numbers per
-    device); see `plot_allreduce`."""
-    rows = _common.measure_allreduce_with(
-        _make_data, synchronize, fns, sizes, device_counts, repeat)
-    for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
-        r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
-    return rows
-
-
 def copy_bandwidth(device=None, num_bytes=1 << 26):
     """Memory-copy bandwidth of `device` (default: the first GPU, else
     the CPU) in bytes read plus written per second."""
@@ -213,17 +172,8 @@ def _threads_of(device):
         torch.set_num_threads(before)
 
 
-def _to_tensors(X, y):
+def _to_arrays(X, y):
     X, y = torch.from_numpy(X), torch.from_numpy(y)
     if torch.cuda.is_available():  # pinned memory allows non_blocking copies
         X, y = X.pin_memory(), y.pin_memory()
     return X, y
-
-
-def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
-    """Iterators over Fashion-MNIST (train, test), from the cache folder
-    `data_dir()`, downloading it when the network allows; offline, over a
-    synthetic stand-in with the same shapes, saying so once. `num_train`
-    and `num_test` keep only the first examples, for quick CPU runs."""
-    return _common.load_data_fashion_mnist_with(
-        _to_tensors, batch_size, num_train, num_test)

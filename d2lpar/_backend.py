@@ -1,0 +1,179 @@
+"""The functions that d2lpar.torch and d2lpar.mxnet define in the same
+words, written once against the backend module `d2l` (framework-free).
+
+Each backend binds them in one line, ``gpu = bind(_backend.gpu, __name__)``,
+and supplies the few private hooks they call: ``_gpu_device(i)``,
+``_stand_in(i)``, ``_stand_in_label(i)``, ``_stand_in_threads()``,
+``_free_bytes(device)``, ``_to_arrays(X, y)``, ``_make_data(k, n)``,
+``_max_abs_diff(a, b)`` and ``_FRAMEWORK``. The backend is looked up when a
+function is called, so a test that replaces ``train_batch`` on a backend
+is seen by `parameter_drift`.
+
+Both backends also take the framework-free names they re-export from here
+(``from d2lpar._backend import *``: the names of `__all__`).
+"""
+import functools
+import inspect
+import sys
+
+from d2lpar import _common
+from d2lpar import distributed as _distributed
+from d2lpar._common import (  # noqa: F401 (re-exported by both backends)
+    Animator, DataError, TrainResult, check_devices,
+    check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
+    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
+    source_code, use_language,
+    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
+    plot_drift,
+    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
+    plot_memory, shard_bounds, zero_memory)
+from d2lpar._timer import Timer  # noqa: F401
+from d2lpar.distributed import (  # noqa: F401
+    DistributedResult, plot_processes, print_processes)
+from d2lpar.i18n import error_message
+
+# What `from d2lpar._backend import *` gives a backend: the shared names of
+# its __all__, the checks its lesson code calls, and Timer.
+__all__ = _common.SHARED + [
+    'DistributedResult', 'Timer', 'check_devices', 'check_replicas',
+    'check_split', 'plot_processes', 'print_processes']
+
+
+def bind(fn, module_name):
+    """`fn` with its first parameter, the backend module, filled in: same
+    name, docstring and signature (less that parameter)."""
+    @functools.wraps(fn)
+    def bound(*args, **kwargs):
+        return fn(sys.modules[module_name], *args, **kwargs)
+
+    signature = inspect.signature(fn)
+    bound.__signature__ = signature.replace(
+        parameters=list(signature.parameters.values())[1:])
+    bound.__module__ = module_name
+    return bound
+
+
+def device_functions(module_name):
+    """`gpu`, `try_gpu`, `try_all_gpus`, `try_devices`,
+    `products_that_fit`, `measure_allreduce` and `load_data_fashion_mnist`
+    bound to the backend module `module_name` (its devices module)."""
+    return [bind(fn, module_name) for fn in (
+        gpu, try_gpu, try_all_gpus, try_devices, products_that_fit,
+        measure_allreduce, load_data_fashion_mnist)]
+
+
+def gpu(d2l, i=0):
+    """The `i`-th GPU; a ValueError if this machine has no such GPU."""
+    if not isinstance(i, int) or i < 0:
+        raise TypeError(error_message(
+            'A GPU index is an int >= 0, got {i!r}.', i=i))
+    if i >= d2l.num_gpus():
+        raise ValueError(error_message(
+            'There is no GPU {i}: this machine has {n} GPU(s). Use '
+            'try_gpu({i}) to fall back to the CPU.', i=i, n=d2l.num_gpus()))
+    return d2l._gpu_device(i)
+
+
+def try_gpu(d2l, i=0):
+    """The `i`-th GPU if it exists, else the CPU."""
+    return d2l.gpu(i) if i < d2l.num_gpus() else d2l.cpu()
+
+
+def try_all_gpus(d2l):
+    """All GPUs, or ``[cpu()]`` when there is none (never an empty list)."""
+    return [d2l.gpu(i) for i in range(d2l.num_gpus())] or [d2l.cpu()]
+
+
+def try_devices(d2l, num_devices):
+    """`num_devices` devices for a lesson: the first GPUs when there are
+    enough, else `num_devices` CPU stand-ins (PyTorch: ``cpu:0``,
+    ``cpu:1``, ..., each computing on a worker thread of its own, see
+    `launch`; MXNet: the contexts ``cpu(0)``, ``cpu(1)``, ..., each with
+    its own engine thread), saying once what it fell back to."""
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(error_message(
+            'num_devices must be an int >= 1, got {num_devices!r}.',
+            num_devices=num_devices))
+    if d2l.num_gpus() >= num_devices:
+        return [d2l.gpu(i) for i in range(num_devices)]
+    _common.say_once(_common.fallback_notice(
+        num_devices, d2l.num_gpus(), d2l._stand_in_threads(),
+        ', '.join(d2l._stand_in_label(i) for i in range(num_devices))))
+    return [d2l._stand_in(i) for i in range(num_devices)]
+
+
+def products_that_fit(d2l, num_products, shape, devices):
+    """How many of `num_products` float32 results of `shape` fit, with
+    their input matrix, into the free memory of every GPU among `devices`
+    (keeping a tenth of it, at least 256 MiB, for the framework): all
+    `num_products` on the CPU and on CPU stand-ins, fewer on a GPU with
+    too little free memory (the book's 50 products of 4000x4000 keep
+    3.2 GB of results on each GPU). A ValueError when not even one fits.
+    The free memory is what the framework reports (PyTorch: the driver's
+    ``torch.cuda.mem_get_info`` plus what its caching allocator holds
+    unused; MXNet: ``mx.context.gpu_memory_info``)."""
+    return _common.products_that_fit_with(d2l._free_bytes, num_products,
+                                          shape, devices)
+
+
+def measure_allreduce(d2l, fns, sizes, device_counts, repeat=3):
+    """Time each allreduce function of `fns` on `try_devices(k)` for each
+    k in `device_counts` and each size in `sizes` (float32 numbers per
+    device); see `plot_allreduce`."""
+    rows = _common.measure_allreduce_with(
+        d2l._make_data, d2l.synchronize, fns, sizes, device_counts, repeat)
+    for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
+        r['on'] = 'gpu' if d2l.num_gpus() >= r['devices'] else 'cpu'
+    return rows
+
+
+def load_data_fashion_mnist(d2l, batch_size, num_train=None, num_test=None):
+    """Iterators over Fashion-MNIST (train, test), from the cache folder
+    `data_dir()`, downloading it when the network allows; offline, over a
+    synthetic stand-in with the same shapes, saying so once. `num_train`
+    and `num_test` keep only the first examples, for quick CPU runs."""
+    return _common.load_data_fashion_mnist_with(
+        d2l._to_arrays, batch_size, num_train, num_test)
+
+
+def parameter_drift(d2l, params, batch_size, lr, num_steps=20,
+                    num_train=None, num_test=None):
+    """Train two copies of `params` side by side with `train_batch`, one
+    on `try_devices(1)`, the other on `try_devices(2)`, on the minibatches
+    that `train` sees with the same arguments, and return the largest
+    absolute difference between the two sets of parameters after each of
+    the first `num_steps` steps (see `plot_drift`)."""
+    return _common.parameter_drift_with(
+        d2l.load_data_fashion_mnist, d2l.try_devices, d2l.get_params,
+        d2l.train_batch, d2l._max_abs_diff, params, batch_size, lr,
+        num_steps, num_train, num_test)
+
+
+def train_distributed(d2l, num_workers, batch_size=256, lr=0.2,
+                      num_epochs=2, num_train=None, num_test=None, port=None,
+                      timeout=300, crash_at_step=None, use_gpus=None,
+                      sharded=False):
+    """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
+    (PyTorch: DDP with gloo (nccl on GPUs) under torchrun; MXNet: the
+    dist_sync KVStore with a scheduler and a server), each on its share of
+    every global batch; print and return a `DistributedResult` with the
+    times of every process. A crashed worker, a port in use or the
+    `timeout` end the run with a RuntimeError, and no process is left
+    behind; `crash_at_step` makes the last process fail on purpose.
+    The processes train on GPUs when each can have one of its own, else
+    on the CPU; `use_gpus` False puts them on the CPU in any case, True
+    requires the GPUs. `sharded` True shards the model with FSDP
+    (PyTorch only; MXNet raises NotImplementedError). Runs to be
+    compared use the same kind of device."""
+    return _distributed.train(d2l._FRAMEWORK, num_workers, batch_size, lr,
+                              num_epochs, num_train, num_test, port, timeout,
+                              crash_at_step, use_gpus=use_gpus,
+                              sharded=sharded)
+
+
+def distributed_commands(d2l, hosts, workers_per_host=1, port=29500,
+                         out_dir='OUT'):
+    """The command lines that run the same training on the machines
+    `hosts` (the first one coordinates), one line per command."""
+    return _distributed.command_for_machines(d2l._FRAMEWORK, hosts,
+                                             workers_per_host, port, out_dir)
