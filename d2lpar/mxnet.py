@@ -333,9 +333,10 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
             lambda x: lenet(x, device_params[0]), test_iter, devices[0]))
         if animator:
             animator.add(epoch + 1, (accs[-1],))
-    result = d2l.TrainResult(accs[-1], timer.avg(),
-                             [str(d) for d in devices], num_epochs,
-                             num_examples // num_epochs, accs)
+    result = d2l.TrainResult(
+        test_acc=accs[-1], sec_per_epoch=timer.avg(),
+        devices=[str(d) for d in devices], num_epochs=num_epochs,
+        num_examples=num_examples // num_epochs, test_accs=accs)
     print(result)
     return result
 
