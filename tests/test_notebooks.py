@@ -35,6 +35,14 @@ def load(lang, fw, chapter, kind='lesson'):
     return json.loads(path.read_text(encoding='utf-8'))
 
 
+# TEMPORARY (issue 20, part B): the languages whose solutions are not yet
+# translated. Their sources have no solutions block yet, so they have no
+# solutions notebooks, and the English solutions notebooks link to
+# notebooks that do not exist yet. Remove a language from this set when its
+# solutions land: then its blocks are required and compared with English.
+UNTRANSLATED_SOLUTIONS = {'fr', 'tr', 'zh'}
+
+
 def has_solutions(lang, chapter):
     return ':begin_solutions:' in (NB / lang / f'{chapter}.md').read_text(
         encoding='utf-8')
@@ -284,7 +292,10 @@ def test_check_fails_on_a_stale_or_orphan_solutions_notebook(tmp_path, capsys,
     (SOLVED.replace(':begin_solutions:', ':begin_tab:`mxnet`\n'
                     ':begin_solutions:'),
      r'notebooks/en/lesson\.md:19: :begin_solutions: inside a tab'),
-], ids=['unclosed', 'end-without-begin', 'second-block', 'inside-a-tab'])
+    (SOLVED.replace('#@tab all\nanswer', '#@tab all\n#@check\nanswer'),
+     r'notebooks/en/lesson\.md:24: #@check in the solutions'),
+], ids=['unclosed', 'end-without-begin', 'second-block', 'inside-a-tab',
+        'checked-output'])
 def test_a_broken_solutions_block_is_an_error(tmp_path, source, message):
     root = lesson_tree(tmp_path, source)
     with pytest.raises(builder.SourceError, match='^' + message):
@@ -303,10 +314,8 @@ def test_every_chapter_exists_in_every_language(lang):
 @pytest.mark.parametrize('fw', FRAMEWORKS)
 @pytest.mark.parametrize('kind', ['lesson', 'solutions'])
 def test_code_is_the_same_in_every_language(kind, fw, chapter, lang):
-    if kind == 'solutions' and not has_solutions(lang, chapter):
-        # TEMPORARY (issue 20): a language whose solutions are not yet
-        # translated has no solutions notebook; once every language has
-        # them, test_every_language_has_the_solutions requires them.
+    if kind == 'solutions' and not has_solutions(lang, chapter) and \
+            lang in UNTRANSLATED_SOLUTIONS:  # TEMPORARY, see that set
         pytest.skip(f'{lang}/{chapter}.md has no solutions yet')
     ref = load('en', fw, chapter, kind)['cells']
     ref_types = [c['cell_type'] for c in ref]
@@ -339,15 +348,21 @@ def exercises_and_solutions(text):
     return len(items), len([x for x in block if x.startswith('### ')])
 
 
+@pytest.mark.parametrize('lang', LANGS)
 @pytest.mark.parametrize('chapter', CHAPTERS)
-def test_every_exercise_has_a_solution(chapter):
+def test_every_exercise_has_a_solution(chapter, lang):
+    if lang in UNTRANSLATED_SOLUTIONS:  # TEMPORARY, see that set
+        assert not has_solutions(lang, chapter), \
+            f'{lang}/{chapter}.md has solutions: take {lang} out of ' \
+            f'UNTRANSLATED_SOLUTIONS once all its chapters have them'
+        pytest.skip(f'{lang}: solutions not translated yet')
     exercises, solutions = exercises_and_solutions(
-        (NB / 'en' / f'{chapter}.md').read_text(encoding='utf-8'))
+        (NB / lang / f'{chapter}.md').read_text(encoding='utf-8'))
     assert exercises > 0
     assert solutions == exercises, \
-        f'en/{chapter}.md: {exercises} exercises, {solutions} solutions'
+        f'{lang}/{chapter}.md: {exercises} exercises, {solutions} solutions'
     for fw in FRAMEWORKS:
-        assert (NB / 'en' / fw / 'solutions' / f'{chapter}.ipynb').exists()
+        assert (NB / lang / fw / 'solutions' / f'{chapter}.ipynb').exists()
 
 
 # Words of English that a translated lesson must not print in a checked

@@ -31,9 +31,10 @@ notebook leaves the whole block out (and so do its slides); it goes to
 (links to the same solutions in the other languages and framework, and to
 the lesson), a title made of the lesson's title and a word like
 "Solutions", and the lesson's first code cell of that framework (its
-imports), so that the solutions run on their own. A block not closed, a
-second block, a block inside a tab or an ``:end_solutions:`` without its
-beginning is an error.
+imports), so that the solutions run on their own, under nbval like the
+lessons. Their outputs are not compared (no ``#@check`` in the block: they
+vary with the machine). A block not closed, a second block, a block
+inside a tab or an ``:end_solutions:`` without its beginning is an error.
 
 Each notebook opens with a header linking the same lesson in the other
 languages and the other framework. Headings ``#``, ``##`` and ``###``
@@ -109,6 +110,10 @@ def parse(text, where, part='lesson'):
             if not t:
                 raise SourceError(f'{where}:{i + 2}: a fence must start '
                                   f'with #@tab pytorch|mxnet|all')
+            if inside and '#@check' in body:
+                raise SourceError(f'{where}:{i + 1}: #@check in the '
+                                  f'solutions: their outputs are not compared '
+                                  f'(tools/pin_outputs.py pins the lessons)')
             if keep():
                 blocks.append((m.group(1), t.group(1), body[1:],
                                f'{where}:{i + 1}'))
