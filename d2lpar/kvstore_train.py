@@ -31,9 +31,15 @@ Each worker takes a contiguous shard of every global batch
 ``dist_sync`` the server adds the gradients that all workers push, applies
 SGD with ``rescale_grad = 1 / global batch`` (``trainer.step(B)``), and
 the workers pull the new weights: the same step as one process taking the
-whole global batch. Every worker starts from the values that
-``lenet_params`` draws after ``mx.random.seed(seed)``; worker 0's values
-initialise the server anyway.
+whole global batch. The optimizer is MXNet's SGD, or Adam with ``--optimizer
+adam``, as subclassed in ``d2lpar.kvstore_state``: each server also
+writes the bytes of the optimizer state that it creates to
+OUT/server<i>.json, and each worker notes those of its own updater, which
+stays empty while the servers update. With several servers (and a small
+MXNET_KVSTORE_BIGARRAY_BOUND), each server keeps only its shard of that
+state: ZeRO-1 on the servers (``distributed.train(..., sharded=True)``).
+Every worker starts from the values that ``lenet_params`` draws after
+``mx.random.seed(seed)``; worker 0's values initialise the server anyway.
 
 Timing, per worker and step (MXNet is asynchronous: the clock stops after
 waiting for the results). *Compute*: forward and backward. *Communication*:

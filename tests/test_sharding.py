@@ -267,12 +267,12 @@ def test_torch_pipelining_takes_the_step_of_gpipe_step(monkeypatch):
     assert sorted(theirs) == ['0.0', '0.1', '0.2', '0.3',
                               '1.0', '1.1', '1.2', '1.3']
     flat = [p for params in ours for p in params]
-    for (s, params) in enumerate(ours):
+    for s, params in enumerate(ours):
         for i, p in enumerate(params):
             np.testing.assert_allclose(theirs[f'{s}.{i}'],
                                        p.detach().cpu().numpy(), atol=1e-5)
     # and the step moved the parameters (a test of something)
-    assert max(float((a - b.cpu()).abs().max())
+    assert max(float((a - b.detach().cpu()).abs().max())
                for a, b in zip(before, flat)) > 1e-3
 
 
