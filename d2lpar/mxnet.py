@@ -15,6 +15,8 @@ import tempfile
 import threading
 import time
 
+import numpy as _numpy
+
 from d2lpar import standins as _standins
 
 # Both settings must be in place before MXNet loads.
@@ -145,13 +147,89 @@ def launch(device, fn, *args, queue='compute'):
     the CPU too, and runs each context's operators on threads of its own:
     so `fn` is simply called now, inside `device`'s context, and the
     Future is done at once (its arrays may still be computing). On a GPU
-    the engine copies on streams of its own. Between CPU contexts it copies
-    on the thread of the source context, behind that context's work, so
-    on CPU stand-ins the 'copy' queue cannot overlap the 'compute' one.
-    `synchronize` waits for all of it."""
+    the engine copies on streams of its own. Between CPU contexts it would
+    copy on the thread of the source context, behind that context's work;
+    so on the 'copy' queue of a CPU stand-in, every ``x.copyto(y)`` that
+    `fn` calls between two CPU arrays of one shape and dtype goes to the
+    engine's threads for prioritised CPU work instead (the copy engine of
+    the stand-in), still after the operators that write `x` and before
+    those that use `y`. `synchronize` waits for all of it."""
     _standins.check_queue(queue)
     with device:
+        if queue == 'copy' and device.device_type == 'cpu':
+            with _CopyEngine():
+                return _standins.done(fn(*_standins.resolve(args)))
         return _standins.done(fn(*_standins.resolve(args)))
+
+
+class _Context(ctypes.Structure):  # mxnet::Context, as the C API takes it
+    _fields_ = [('dev_type', ctypes.c_int), ('dev_id', ctypes.c_int)]
+
+
+class _CopyEngine:
+    """Inside ``with _CopyEngine():``, ``x.copyto(y)`` between CPU arrays
+    of one shape and dtype is pushed to MXNet's engine as an operation
+    that reads `x` and writes `y`, with the property kCPUPrioritized: the
+    engine runs it on its threads for prioritised CPU work
+    (``MXNET_CPU_PRIORITY_NTHREADS``), not on the thread of `x`'s context,
+    once every operator queued before it that writes `x` or uses `y` is
+    done. The copy itself is one memmove (ctypes lets go of the GIL)."""
+    _local = threading.local()
+    _pending, _lock, _count = {}, threading.Lock(), [0]
+    _PRIORITIZED = ctypes.c_int(3)  # mxnet::FnProperty::kCPUPrioritized
+    _CPU = _Context(1, 0)
+    _copyto = None  # the ndarray's own copyto, once wrapped
+
+    def __enter__(self):
+        cls = type(self)
+        if cls._copyto is None:
+            cls._copyto = np.ndarray.copyto
+            np.ndarray.copyto = _copyto_on_the_copy_engine
+        cls._local.depth = getattr(cls._local, 'depth', 0) + 1
+        return self
+
+    def __exit__(self, *exc_info):
+        type(self)._local.depth -= 1
+        return False
+
+    @classmethod
+    def active(cls):
+        return getattr(cls._local, 'depth', 0) > 0
+
+    @classmethod
+    def push(cls, src, dst):
+        with cls._lock:  # src and dst stay alive until copied
+            cls._count[0] += 1
+            key = cls._count[0]
+            cls._pending[key] = (src, dst,
+                                 src.size * _numpy.dtype(src.dtype).itemsize)
+        check_call(_LIB.MXEnginePushSyncND(
+            _run_copy, ctypes.c_void_p(key), None, ctypes.byref(cls._CPU),
+            (ctypes.c_void_p * 1)(src.handle), 1,
+            (ctypes.c_void_p * 1)(dst.handle), 1,
+            ctypes.byref(cls._PRIORITIZED), 0, b'd2lpar_copy'))
+        return dst
+
+
+def _copyto_on_the_copy_engine(self, other):
+    if (_CopyEngine.active() and isinstance(other, np.ndarray)
+            and self.ctx.device_type == other.ctx.device_type == 'cpu'
+            and self.shape == other.shape and self.dtype == other.dtype
+            and self.size and self.handle.value != other.handle.value):
+        return _CopyEngine.push(self, other)
+    return _CopyEngine._copyto(self, other)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+def _run_copy(run_context, key):
+    """Run by an engine thread once `src` is ready and `dst` is free:
+    both are allocated then, so their data pointers are safe to read."""
+    with _CopyEngine._lock:
+        src, dst, nbytes = _CopyEngine._pending.pop(key)
+    pointers = [ctypes.c_void_p(), ctypes.c_void_p()]
+    for x, pointer in zip((src, dst), pointers):
+        check_call(_LIB.MXNDArrayGetData(x.handle, ctypes.byref(pointer)))
+    ctypes.memmove(pointers[1], pointers[0], nbytes)
 
 
 def synchronize(devices=None):
