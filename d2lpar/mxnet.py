@@ -169,15 +169,10 @@ class _Context(ctypes.Structure):  # mxnet::Context, as the C API takes it
 class _CopyEngine:
     """Inside ``with _CopyEngine():``, ``x.copyto(y)`` between CPU arrays
     of one shape and dtype is pushed to MXNet's engine as an operation
-    that reads `x` and writes `y`, with the property kCPUPrioritized: the
-    engine runs it on its threads for prioritised CPU work
-    (``MXNET_CPU_PRIORITY_NTHREADS``), not on the thread of `x`'s context,
-    once every operator queued before it that writes `x` or uses `y` is
-    done. The copy itself is one memmove (ctypes lets go of the GIL)."""
+    that reads `x` and writes `y` (see `_Engine`), run once every
+    operator queued before it that writes `x` or uses `y` is done. The
+    copy itself is one memmove (ctypes lets go of the GIL)."""
     _local = threading.local()
-    _pending, _lock, _count = {}, threading.Lock(), [0]
-    _PRIORITIZED = ctypes.c_int(3)  # mxnet::FnProperty::kCPUPrioritized
-    _CPU = _Context(1, 0)
     _copyto = None  # the ndarray's own copyto, once wrapped
 
     def __enter__(self):
@@ -196,19 +191,30 @@ class _CopyEngine:
     def active(cls):
         return getattr(cls._local, 'depth', 0) > 0
 
+
+class _Engine:
+    """Python work pushed to MXNet's engine: an operation that reads one
+    array and writes another (or none), with the property
+    kCPUPrioritized. The engine runs it on its threads for prioritised
+    CPU work (``MXNET_CPU_PRIORITY_NTHREADS``), not on the thread of a
+    context, once the operators queued before it that write what it
+    reads, or use what it writes, are done."""
+    _pending, _lock, _count = {}, threading.Lock(), [0]
+    _PRIORITIZED = ctypes.c_int(3)  # mxnet::FnProperty::kCPUPrioritized
+    _CPU = _Context(1, 0)
+
     @classmethod
-    def push(cls, src, dst):
-        with cls._lock:  # src and dst stay alive until copied
+    def push(cls, read, write, fn, *args):
+        with cls._lock:  # the arrays stay alive until the call
             cls._count[0] += 1
             key = cls._count[0]
-            cls._pending[key] = (src, dst,
-                                 src.size * _numpy.dtype(src.dtype).itemsize)
+            cls._pending[key] = (fn, args, read, write)
+        writes = [] if write is None else [write.handle]
         check_call(_LIB.MXEnginePushSyncND(
-            _run_copy, ctypes.c_void_p(key), None, ctypes.byref(cls._CPU),
-            (ctypes.c_void_p * 1)(src.handle), 1,
-            (ctypes.c_void_p * 1)(dst.handle), 1,
-            ctypes.byref(cls._PRIORITIZED), 0, b'd2lpar_copy'))
-        return dst
+            _run_on_engine, ctypes.c_void_p(key), None,
+            ctypes.byref(cls._CPU), (ctypes.c_void_p * 1)(read.handle), 1,
+            (ctypes.c_void_p * max(1, len(writes)))(*writes), len(writes),
+            ctypes.byref(cls._PRIORITIZED), 0, b'd2lpar'))
 
 
 def _copyto_on_the_copy_engine(self, other):
@@ -216,20 +222,26 @@ def _copyto_on_the_copy_engine(self, other):
             and self.ctx.device_type == other.ctx.device_type == 'cpu'
             and self.shape == other.shape and self.dtype == other.dtype
             and self.size and self.handle.value != other.handle.value):
-        return _CopyEngine.push(self, other)
+        _Engine.push(self, other, _copy, self, other,
+                     self.size * _numpy.dtype(self.dtype).itemsize)
+        return other
     return _CopyEngine._copyto(self, other)
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-def _run_copy(run_context, key):
-    """Run by an engine thread once `src` is ready and `dst` is free:
-    both are allocated then, so their data pointers are safe to read."""
-    with _CopyEngine._lock:
-        src, dst, nbytes = _CopyEngine._pending.pop(key)
+def _copy(src, dst, nbytes):
+    """Run by the engine once `src` is ready and `dst` is free: both are
+    allocated then, so their data pointers are safe to read."""
     pointers = [ctypes.c_void_p(), ctypes.c_void_p()]
     for x, pointer in zip((src, dst), pointers):
         check_call(_LIB.MXNDArrayGetData(x.handle, ctypes.byref(pointer)))
     ctypes.memmove(pointers[1], pointers[0], nbytes)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+def _run_on_engine(run_context, key):
+    with _Engine._lock:
+        fn, args, _, _ = _Engine._pending.pop(key)
+    fn(*args)
 
 
 def synchronize(devices=None):
@@ -255,12 +267,15 @@ class Timeline(_common.Timeline):
 
     With an MXNet build that has its profiler, ``mx.profiler`` records
     every operator. The pip wheel has it compiled out
-    (``mx.runtime.Features()``); then one watcher thread per device waits,
-    in order, for each result passed to ``watch(arrays, label, kind)`` and
-    notes when it became ready. A bar ends at that moment and starts when
-    the previous result on the same device became ready (or when it was
-    queued, if later). The thread that pushes the work never waits, so
-    MXNet's asynchrony is left intact.
+    (``mx.runtime.Features()``); then ``watch(arrays, label, kind)`` asks
+    the engine to note the time at which each result becomes ready (an
+    operation that only reads it, run on the engine's threads for
+    prioritised CPU work). A bar ends at that moment and starts when the
+    previous result of the same kind on the same device became ready (or
+    when it was queued, if later). Nothing waits while the work is
+    queued, so MXNet's asynchrony is left intact. (``wait_to_read`` would
+    not do: MXNet queues its notice on the thread of ``cpu(0)``, behind
+    the work of that stand-in.)
     """
 
     def __enter__(self):
@@ -275,8 +290,8 @@ class Timeline(_common.Timeline):
                                    filename=self._file)
             mx.profiler.set_state('run')
         else:
-            self.source = N_('a watcher thread per device')
-            self._queues, self._threads = {}, []
+            self.source = N_("notes from MXNet's engine")
+            self._watched, self._ready = [], {}
         return self
 
     def watch(self, arrays, label, kind='compute'):
@@ -284,29 +299,17 @@ class Timeline(_common.Timeline):
             return arrays
         pushed = time.perf_counter() - self._t0
         for a in _standins.flat(_standins.resolve([arrays])):
-            row = str(a.ctx)
-            if row not in self._queues:
-                self._queues[row] = queue.Queue()
-                thread = threading.Thread(target=self._watch_row, args=(
-                    row, self._queues[row]), daemon=True)
-                thread.start()
-                self._threads.append(thread)
-            self._queues[row].put((label, kind, a, pushed))
+            key = len(self._watched)
+            self._watched.append((label, kind, str(a.ctx), pushed))
+            _Engine.push(a, None, self._note, key)
         return arrays
 
-    def _watch_row(self, row, todo):
-        last = 0.0
-        while (item := todo.get()) is not None:
-            label, kind, array, pushed = item
-            array.wait_to_read()
-            end = time.perf_counter() - self._t0
-            self.events.append(_common.Event(label, row, max(pushed, last),
-                                             end, kind))
-            last = end
+    def _note(self, key):
+        self._ready[key] = time.perf_counter() - self._t0
 
     def __exit__(self, *exc_info):
+        npx.waitall()
         if self._profiler:
-            npx.waitall()
             mx.profiler.set_state('stop')
             mx.profiler.dump()
             with open(self._file) as f:
@@ -314,10 +317,13 @@ class Timeline(_common.Timeline):
                                                                _kind)
             os.remove(self._file)
         else:
-            for todo in self._queues.values():
-                todo.put(None)
-            for thread in self._threads:
-                thread.join()
+            last = {}  # (row, kind) -> when its previous result was ready
+            for key, (label, kind, row, pushed) in enumerate(self._watched):
+                start = max(pushed, last.get((row, kind), 0.0))
+                end = max(self._ready[key], start)
+                self.events.append(_common.Event(label, row, start, end,
+                                                 kind))
+                last[row, kind] = end
             self.events.sort(key=lambda e: e.start)
         return False
 

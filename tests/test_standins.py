@@ -216,21 +216,19 @@ def test_mxnet_copy_queue_copies_while_the_stand_in_computes(
     stand-in's thread is held until the copy is seen done. (The copy is
     seen done by its own callback: ``wait_to_read`` would queue its
     notice on the held thread of cpu(0).)"""
-    import ctypes
     d2l = mxnet_backend.module
     device = d2l.try_devices(1)[0]
     x = d2l.np.full((1000,), 2.0, ctx=device)
     buffer = d2l.np.zeros((1000,), ctx=d2l.npx.cpu())
     d2l.synchronize()
     gate, copied = threading.Event(), threading.Event()
-    run_copy = d2l._run_copy
+    copy = d2l._copy
 
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-    def seen(run_context, key):
-        run_copy(run_context, key)
+    def seen(*args):
+        copy(*args)
         copied.set()
 
-    monkeypatch.setattr(d2l, '_run_copy', seen)
+    monkeypatch.setattr(d2l, '_copy', seen)
     hold = _block_engine_thread(d2l, device, gate)
     d2l.launch(device, lambda a, b: a.copyto(b), x, buffer, queue='copy')
     try:
@@ -276,3 +274,26 @@ def test_mxnet_copies_on_the_copy_queue_equal_what_was_computed(
         np.testing.assert_array_equal(mxnet_backend.numpy(t), expected)
         np.testing.assert_array_equal(mxnet_backend.numpy(buffer), expected)
         np.testing.assert_array_equal(mxnet_backend.numpy(again), expected)
+
+
+def test_mxnet_timeline_sees_a_result_while_cpu0_is_busy(mxnet_backend):
+    """The timeline notes when each result is ready without going through
+    the thread of cpu(0): a result of cpu(1) is seen while cpu(0) is held
+    (``wait_to_read`` queues its notice there)."""
+    d2l = mxnet_backend.module
+    devices = d2l.try_devices(2)
+    x = d2l.np.ones((50, 50), ctx=devices[1])
+    d2l.synchronize()
+    gate = threading.Event()
+    with d2l.Timeline() as tl:
+        hold = _block_engine_thread(d2l, devices[0], gate)
+        try:
+            tl.watch(d2l.np.dot(x, x), 'on cpu(1)')
+            deadline = time.monotonic() + WAIT
+            while not tl._ready and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert tl._ready, 'the note waited for cpu(0)'
+        finally:
+            gate.set()
+    del hold
+    assert [(e.name, e.row) for e in tl.events] == [('on cpu(1)', 'cpu(1)')]
