@@ -969,7 +969,11 @@ def report_allreduce(res):
                'memory. MXNet\'s copies run at its own copy bandwidth (above);'
                ' its allreduce copies between contexts into fresh arrays, its '
                'ring reads the other stand-ins\' chunks in place (one memory) '
-               'and copies only in the all-gather.')
+               'and copies only in the all-gather, but its steps run one '
+               'after the other (MXNet orders operators by whole arrays, and '
+               'each step writes an array the next one reads); '
+               'direct_allreduce sums each chunk into a buffer of its own, so '
+               'the stand-ins add and copy at the same time.')
     for backend, error in res['errors'].items():
         out.append(f'\n**{backend}: no data** ({error})')
     headers = ['algorithm', 'N', 'time (ms)', 'algbw (GB/s)',
