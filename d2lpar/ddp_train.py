@@ -324,8 +324,8 @@ CHECKPOINT = 'checkpoint.pt'
 
 
 def save_checkpoint(path, state):
-    """Write `state` to `path` so that `path` always holds a whole
-    checkpoint: the former one, or the new one, never half of it."""
+    # Write state to path so that path always holds a whole checkpoint:
+    # the former one or the new one, never half of it
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     # A temporary file in the same folder: os.replace then only renames

@@ -245,10 +245,10 @@ CHECKPOINT = 'checkpoint.json'
 
 
 def save_checkpoint(folder, net, state):
-    """Save the parameters of `net` to FOLDER/epoch{N}.params, then
-    `state` (epochs and steps done) to FOLDER/checkpoint.json, which names
-    that file. Each is written to a temporary file and renamed: the JSON
-    file, renamed last, only ever names a whole parameters file."""
+    # The parameters go to folder/epochN.params, then state (epochs and
+    # steps done) to folder/checkpoint.json, which names that file. Each
+    # is written to a temporary file, then renamed: the JSON file, renamed
+    # last, only ever names a whole file of parameters
     os.makedirs(folder, exist_ok=True)
     name = f'epoch{state["epoch"]}.params'
     tmp = os.path.join(folder, f'.{name}.tmp')
