@@ -52,9 +52,23 @@ process updates its own stage; *compute* includes the sends and receives.
 Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
+
+With ``--checkpoint DIR`` rank 0 saves the model, the optimizer, the
+number of epochs done and the seed of the data order to
+DIR/checkpoint.pt after every epoch, atomically (`save_checkpoint`), and a
+run that finds that file resumes after its last epoch (`resume`): under
+``torchrun --max-restarts 1``, a process that dies makes torchrun stop
+the others and start them all again, and they go on from the checkpoint.
+``--fail-at-step N`` kills the last rank with SIGKILL at step N, the
+first time only (a file in OUT remembers), to watch that happen. With
+``--amp`` the forward pass runs in bfloat16 on a CPU
+(``torch.autocast('cpu')``) and in float16 on a GPU, with a
+``GradScaler``; the parameters, and the evaluation, stay in float32.
 """
+import contextlib
 import os
 import socket
+import tempfile
 import time
 
 import numpy as np
@@ -174,6 +188,10 @@ def parse_args(argv=None):
     p.add_argument('--fsdp', action='store_true',
                    help=_('shard parameters, gradients and optimizer state '
                           'with FSDP (fully_shard) instead of DDP'))
+    _common.checkpoint_arguments(p)
+    p.add_argument('--amp', action='store_true',
+                   help=_('mixed precision: bfloat16 on a CPU, float16 with '
+                          'a gradient scaler on a GPU'))
     return p.parse_args(argv)
 
 
@@ -204,7 +222,8 @@ def main(argv=None):
     else:
         device = torch.device('cpu')
     backend = 'nccl' if cuda else 'gloo'
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, store=fresh_store(rank, world),
+                            rank=rank, world_size=world)
 
     X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
         args.num_train, args.num_test)
@@ -216,6 +235,10 @@ def main(argv=None):
         return train_pipeline(args, rank, world, device, backend,
                               (X_train, y_train, X_test, y_test, source))
     timer = CommTimer(cuda)
+    if args.fsdp and args.checkpoint:
+        raise ValueError(error_message(
+            '--checkpoint does not work with --fsdp here: a sharded model '
+            'is saved with torch.distributed.checkpoint.'))
     if args.fsdp:  # each process keeps 1/world of every layer's tensors
         model = Sharded(lenet(args.seed).to(device))
     else:
@@ -224,15 +247,18 @@ def main(argv=None):
             device_ids=[local_rank] if cuda else None)
         model.register_comm_hook(timer, timed_allreduce)
     optimizer = make_optimizer(args, model.parameters())
+    precision = Precision(args.amp, cuda)  # float32 unless --amp
     total_steps = len(y_train) // B * args.epochs
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
-    step = 0
-    first_shards = []  # this process's first shard of each epoch
+    order = {'seed': args.seed, 'num_train': len(y_train), 'batch_size': B}
+    # Go on after the last epoch of a checkpoint, if there is one
+    done, step = resume(args, model, optimizer, precision, order)
+    first_shards = [None] * done  # this process's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     dist.barrier()  # start the clocks together
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(done, args.epochs):
         for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
                                                  world, epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
@@ -244,12 +270,14 @@ def main(argv=None):
                 group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
                                                     total_steps)
             optimizer.zero_grad()
-            loss = loss_fn(model(X), y)
-            loss.backward()  # DDP averages the gradients over processes
+            with precision.autocast():
+                loss = loss_fn(precision.watch(model(X)), y)
+            # DDP averages the gradients over processes
+            precision.backward(loss)
             if args.fsdp:  # no hook: computing includes communicating
                 timer.handed_over = timer.mark()
             timer.end_step(t0)
-            optimizer.step()
+            precision.step(optimizer)
             # FSDP: every process gathers the whole tensors
             if step == 1 and (args.fsdp or rank == 0):
                 whole = {k: v.full_tensor() if args.fsdp else v for k, v in
@@ -263,6 +291,12 @@ def main(argv=None):
                     '{seconds:.1f} sec').format(
                 epoch=epoch + 1, loss=loss.item(),
                 seconds=time.perf_counter() - start), flush=True)
+            if args.checkpoint:  # after every epoch
+                save_checkpoint(os.path.join(args.checkpoint, CHECKPOINT), {
+                    'model': model.module.state_dict(),
+                    'optimizer': optimizer.state_dict(),
+                    'precision': precision.state_dict(),
+                    'epoch': epoch + 1, 'step': step, 'data_order': order})
     compute, communication = timer.seconds()  # waits for the GPU
     total = time.perf_counter() - start
 
@@ -285,6 +319,8 @@ def main(argv=None):
                   'num_train': len(y_train), 'num_test': len(y_test),
                   'data': source, 'steps': step,
                   'examples': step * B, 'test_acc': mine['test_acc'],
+                  'restarts': restarts(), 'resumed_after_epoch': done,
+                  'amp': precision.name, 'output_dtype': precision.seen,
                   'seconds_total': max(p['seconds_total'] for p in everyone),
                   'processes': everyone}
         write_json(os.path.join(args.out, 'result.json'), result)
@@ -434,6 +470,126 @@ def train_pipeline(args, rank, world, device, backend, data):
             flush=True)
     write_json(os.path.join(args.out, f'rank{rank}.json'), mine_times)
     dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------
+# Checkpoints and restarts (--checkpoint, --fail-at-step)
+# --------------------------------------------------------------------------
+CHECKPOINT = 'checkpoint.pt'
+
+
+def save_checkpoint(path, state):
+    # Write state to path so that path always holds a whole checkpoint:
+    # the former one or the new one, never half of it
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    # A temporary file in the same folder: os.replace then only renames
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.checkpoint-',
+                               suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # on the disk before it takes the name
+        os.replace(tmp, path)  # atomic: a reader sees the old or the new
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def resume(args, model, optimizer, precision, order):
+    """Load the checkpoint of ``--checkpoint`` into `model` (DDP),
+    `optimizer` and `precision`; return (epochs done, steps done), (0, 0)
+    when there is none. Rank 0 reads the file and sends it to the others,
+    which may run on machines that do not have it."""
+    if not args.checkpoint:
+        return 0, 0
+    path = os.path.join(args.checkpoint, CHECKPOINT)
+    state = [None]
+    if dist.get_rank() == 0 and os.path.exists(path):
+        state[0] = torch.load(path, map_location='cpu', weights_only=True)
+    dist.broadcast_object_list(state)  # rank 0's checkpoint, or None
+    state = state[0]
+    if state is None:
+        return 0, 0
+    # The order of epoch e is drawn from (seed, e): the same seed, data
+    # and global batch give the same order as before the failure
+    if state['data_order'] != order:
+        raise ValueError(error_message(
+            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
+            'remove it, or pass the same --seed, --num-train and '
+            '--batch-size.', path=path, saved=state['data_order'],
+            now=order))
+    model.module.load_state_dict(state['model'])
+    optimizer.load_state_dict(state['optimizer'])
+    precision.load_state_dict(state['precision'])
+    if dist.get_rank() == 0:
+        print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
+                'done').format(path=path, epochs=state['epoch'],
+                               steps=state['step']), flush=True)
+    return state['epoch'], state['step']
+
+
+def fresh_store(rank, world):
+    """The key-value store that torchrun's rendezvous set up, with the
+    keys of this attempt under a prefix of their own: after a restart,
+    the store may still hold the addresses of the processes that were
+    stopped, and a process would try to connect to those."""
+    store, _rank, _world = next(dist.rendezvous('env://', rank, world))
+    return dist.PrefixStore(f'attempt{restarts()}/', store)
+
+
+def restarts():
+    """How many times torchrun has restarted the processes of this run."""
+    return int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
+
+
+# --------------------------------------------------------------------------
+# Mixed precision (--amp)
+# --------------------------------------------------------------------------
+class Precision:
+    """How the training loop computes: in float32, or with ``amp`` in
+    mixed precision: the forward pass in bfloat16 on a CPU, in float16 on
+    a GPU, where a ``GradScaler`` multiplies the loss before the backward
+    pass (small float16 gradients would round to zero) and divides the
+    gradients before the update. The parameters stay in float32."""
+
+    def __init__(self, amp, cuda):
+        self.device_type = 'cuda' if cuda else 'cpu'
+        self.dtype = None
+        if amp:
+            self.dtype = torch.float16 if cuda else torch.bfloat16
+        self.scaler = torch.amp.GradScaler('cuda') if amp and cuda else None
+        self.name = str(self.dtype).replace('torch.', '') if amp else None
+        self.seen = None  # the dtype of the first output
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def watch(self, output):
+        if self.seen is None:
+            self.seen = str(output.dtype).replace('torch.', '')
+        return output
+
+    def backward(self, loss):
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def step(self, optimizer):
+        if self.scaler is None:
+            optimizer.step()
+        else:  # skips the step if a gradient overflowed, then adapts
+            self.scaler.step(optimizer)
+            self.scaler.update()
+
+    def state_dict(self):
+        return {} if self.scaler is None else self.scaler.state_dict()
+
+    def load_state_dict(self, state):
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
 
 
 class Sharded(nn.Module):

@@ -42,7 +42,7 @@ _MARK = 'D2LPAR_RUN'  # environment variable that marks our processes
 _OUTPUTS = re.compile(r'^(rank\d+\.json|worker\d+\.json|result\.json|'
                       r'params_step1\.npz|torchrun\.log|scheduler\.log|'
                       r'server(-\d+)?\.log|server\d+\.json|'
-                      r'worker-process-\d+\.log)$')
+                      r'worker-process-\d+\.log|failed-at-step-\d+)$')
 
 
 # --------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def _torch_failure(log):
 
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,
-                 timeout=300, num_gpus=None, use_gpus=None):
+                 timeout=300, num_gpus=None, use_gpus=None, max_restarts=0):
     """Run ``d2lpar.ddp_train`` in `num_workers` processes under torchrun on
     127.0.0.1 (rendezvous at `port`, default: a free one) and return a
     `DistributedResult`. Raises RuntimeError, with the failing rank and
@@ -340,13 +340,17 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
     no process is left behind either way. The processes train on GPUs
     when there are `num_gpus` >= `num_workers` (default: as many as
     PyTorch sees), else all on the CPU; `use_gpus` False puts them on the
-    CPU in any case (see `_device_options`)."""
+    CPU in any case (see `_device_options`). When a process fails,
+    torchrun stops the others and starts them all again, up to
+    `max_restarts` times (``--max-restarts``), before it gives up."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
     devices = _device_options('torch', num_gpus, num_workers, use_gpus)
+    max_restarts = _check_restarts(max_restarts)
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
            '--nproc-per-node', str(num_workers), '--rdzv-backend', 'c10d',
-           '--rdzv-endpoint', f'{HOST}:{port}', '--max-restarts', '0',
+           '--rdzv-endpoint', f'{HOST}:{port}',
+           '--max-restarts', str(max_restarts),
            '-m', 'd2lpar.ddp_train', '--out', out_dir, *devices,
            *map(str, script_args)]
     with Processes(out_dir) as run:
@@ -404,7 +408,7 @@ ROLES = {'scheduler': N_('scheduler'), 'server': N_('server')}
 
 def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                    timeout=300, num_gpus=None, use_gpus=None, num_servers=1,
-                   bigarray_bound=None):
+                   bigarray_bound=None, max_restarts=0):
     """Run ``d2lpar.kvstore_train`` with the ``dist_sync`` KVStore on
     127.0.0.1: a scheduler (at `port`, default: a free one),
     `num_servers` servers and `num_workers` workers (arrays of more than
@@ -415,18 +419,63 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
     after stopping them all: the others would otherwise wait forever.
     The workers train on GPUs when there are `num_gpus` >= `num_workers`
     (default: as many as MXNet sees), else all on the CPU; `use_gpus`
-    False puts them on the CPU in any case (see `_device_options`)."""
+    False puts them on the CPU in any case (see `_device_options`).
+
+    The KVStore cannot take a new worker in the place of one that died.
+    With `max_restarts` > 0, a failed process (not a timeout) stops the
+    whole job, which then starts again, scheduler and server included, on
+    a new port, up to `max_restarts` times: the workers go on from their
+    checkpoint (``--checkpoint``), if they keep one."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
     devices = _device_options('mxnet', num_gpus, num_workers, use_gpus)
+    max_restarts = _check_restarts(max_restarts)
     cmd = [sys.executable, '-m', 'd2lpar.kvstore_train', '--out', out_dir,
            *devices, *map(str, script_args)]
+    deadline = time.monotonic() + timeout
+    for restart in range(max_restarts + 1):
+        try:
+            _run_kvstore(cmd, num_workers, num_servers, bigarray_bound,
+                         out_dir, port, deadline, timeout, restart)
+            break
+        except _Failed as e:
+            if restart == max_restarts:
+                raise RuntimeError(*e.args) from None
+            print(_('{what}: restarting the whole job from its checkpoint '
+                    '({restart} of {max_restarts}).').format(
+                what=e.what, restart=restart + 1,
+                max_restarts=max_restarts), flush=True)
+            port = free_port()  # the old one may not be free again yet
+    return _collect('mxnet', out_dir, 'worker', num_workers, num_servers)
+
+
+class _Failed(RuntimeError):
+    """A process of an MXNet job failed (`what` says which): the job may
+    start again."""
+
+    def __init__(self, message, what):
+        super().__init__(message)
+        self.what = what
+
+
+def _check_restarts(max_restarts):
+    if not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(error_message(
+            'max_restarts must be an int >= 0, got {max_restarts!r}.',
+            max_restarts=max_restarts))
+    return max_restarts
+
+
+def _run_kvstore(cmd, num_workers, num_servers, bigarray_bound, out_dir,
+                 port, deadline, timeout, restart):
+    """One attempt of `launch_kvstore`: start a scheduler, the servers
+    and the workers, wait for the workers, stop the others."""
     dmlc = {'DMLC_PS_ROOT_URI': HOST, 'DMLC_PS_ROOT_PORT': str(port),
             'DMLC_NUM_SERVER': str(num_servers),
-            'DMLC_NUM_WORKER': str(num_workers), 'DMLC_NODE_HOST': HOST}
+            'DMLC_NUM_WORKER': str(num_workers), 'DMLC_NODE_HOST': HOST,
+            'D2LPAR_RESTART_COUNT': str(restart)}
     if bigarray_bound is not None:
         dmlc['MXNET_KVSTORE_BIGARRAY_BOUND'] = str(bigarray_bound)
-    deadline = time.monotonic() + timeout
     with Processes(out_dir) as run:
         helpers = {('scheduler', 'scheduler'): run.start(
             'scheduler', cmd, _env({**dmlc, 'DMLC_ROLE': 'scheduler'}))}
@@ -446,22 +495,27 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                     who = (Message('worker rank {rank}', rank=rank)
                            if rank is not None else
                            Message('{name} (rank not known yet)', name=name))
-                    raise RuntimeError(error_message(
+                    raise _Failed(error_message(
                         'MXNet training with {n} workers failed: {who} '
                         'exited with code {code}. Stopped all its processes '
                         '(scheduler and server too). End of {log}:',
                         n=num_workers, who=who, code=p.returncode,
-                        log=run.logs[name]) + '\n' + run.tail(name))
+                        log=run.logs[name]) + '\n' + run.tail(name),
+                        Message('{who} exited with {status}', who=who,
+                                status=_exit_status(p)))
             for (role, name), p in helpers.items():
                 if p.poll():  # exited, and not with 0
-                    raise RuntimeError(error_message(
+                    raise _Failed(error_message(
                         'MXNet training with {n} workers failed: the {role} '
                         'exited with {status} before the workers were done. '
                         'Stopped all its processes (the workers would wait '
                         'for it forever); see its log, then run the '
                         'training again. End of {log}:', n=num_workers,
                         role=Message(ROLES[role]), status=_exit_status(p),
-                        log=run.logs[name]) + '\n' + run.tail(name))
+                        log=run.logs[name]) + '\n' + run.tail(name),
+                        Message('the {role} exited with {status}',
+                                role=Message(ROLES[role]),
+                                status=_exit_status(p)))
             if all(p.poll() == 0 for p in workers.values()):
                 break
             if time.monotonic() > deadline:
@@ -480,7 +534,6 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                 p.wait(min(10, max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
-    return _collect('mxnet', out_dir, 'worker', num_workers, num_servers)
 
 
 # --------------------------------------------------------------------------
@@ -489,7 +542,8 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
 def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
           crash_at_step=None, out_dir=None, use_gpus=None, sharded=False,
-          optimizer='sgd', pipelined=False):
+          optimizer='sgd', pipelined=False, checkpoint=False,
+          fail_at_step=None, max_restarts=0, amp=False):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
@@ -504,7 +558,14 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     workers, each updating its part of the parameters with its part of
     the optimizer state (arrays of more than 10000 numbers cut among the
     servers). `optimizer`: 'sgd' or 'adam'. `pipelined` (PyTorch, two
-    processes): the pipeline MLP of lesson 5 in two GPipe stages."""
+    processes): the pipeline MLP of lesson 5 in two GPipe stages.
+
+    `checkpoint` True saves a checkpoint after every epoch in
+    OUT_DIR/checkpoint, and resumes from it; `fail_at_step` makes the last
+    process kill itself (SIGKILL) at that step, once; `max_restarts`
+    starts the processes again after a failure (PyTorch: torchrun's
+    ``--max-restarts``; MXNet: the whole job). `amp` True trains in mixed
+    precision (``--amp``)."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(error_message(
@@ -546,8 +607,15 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     if crash_at_step is not None:
         args += ['--crash-at-step', crash_at_step,
                  '--crash-rank', num_workers - 1]
+    if checkpoint:
+        args += ['--checkpoint', os.path.join(out_dir, 'checkpoint')]
+    if fail_at_step is not None:
+        args += ['--fail-at-step', fail_at_step]
+    if amp:
+        args.append('--amp')
     result = launch(num_workers, out_dir, args, port=port, timeout=timeout,
-                    use_gpus=use_gpus, **servers)
+                    use_gpus=use_gpus, max_restarts=max_restarts,
+                    **servers)
     print(result)
     return result
 

@@ -48,7 +48,26 @@ pulling the weights; step 1 includes the KVStore's setup (worker 0 pushes
 the initial weights). *Total*: the training loop. Writes
 OUT/worker{rank}.json per worker and, on worker 0, OUT/params_step1.npz
 and OUT/result.json with the test accuracy.
+
+With ``--checkpoint DIR`` worker 0 saves the parameters and the number
+of epochs and steps done after every epoch (`save_checkpoint`), and a run
+that finds a checkpoint there goes on after its last epoch (`resume`).
+The dist KVStore cannot replace a worker that died: the server would wait
+for its gradients forever. So ``launch_kvstore(..., max_restarts=1)``
+stops the whole job when a process fails and starts a new scheduler,
+server and workers, which resume from the checkpoint. The optimizer runs
+on the server, and ``trainer.save_states`` refuses to save its state in
+distributed training; our SGD has none besides the count of updates,
+which the learning-rate schedule reads, so the checkpoint keeps that
+count and the new optimizer starts from it (``begin_num_update``).
+``--fail-at-step N`` makes the last worker kill itself with SIGKILL at
+step N, the first time only. ``--amp`` asks MXNet's automatic mixed
+precision (``mx.contrib.amp``) for bfloat16, and stops with an error
+when it leaves the network in float32 (MXNet 1.9 casts only the
+operators of ``mx.nd`` and ``mx.sym``, not those of the NumPy interface
+used here).
 """
+import json
 import os
 import socket
 import sys
@@ -106,6 +125,10 @@ def parse_args(argv=None):
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
+    _common.checkpoint_arguments(p)
+    p.add_argument('--amp', action='store_true',
+                   help=_('mixed precision with bfloat16 (mx.contrib.amp), '
+                          'if MXNet applies it to this network'))
     return p.parse_args(argv)
 
 
@@ -143,6 +166,10 @@ def main(argv=None):
             n=len(y_train), B=B))
     net = lenet(args.seed, ctx)
     net.hybridize()
+    amp_dtype = check_amp(net, ctx) if args.amp else None
+    order = {'seed': args.seed, 'num_train': len(y_train), 'batch_size': B}
+    # Go on after the last epoch of a checkpoint, if there is one
+    done, step = resume(args, net, ctx, order, rank)
     # The optimizer runs on the server, so the learning rate follows a
     # schedule given to it: the cosine decay of ddp_train. MXNet counts
     # updates from 1; one warm-up step at args.lr shifts the cosine by one
@@ -152,18 +179,20 @@ def main(argv=None):
         total_steps + 1, args.lr, warmup_steps=1, warmup_begin_lr=args.lr)
     kind = kvstore_state.Adam if args.optimizer == 'adam' else \
         kvstore_state.SGD  # MXNet's, counting what the servers hold
-    optimizer = kind(learning_rate=args.lr, lr_scheduler=schedule)
+    optimizer = kind(learning_rate=args.lr, lr_scheduler=schedule,
+                     # after a restart: the updates done
+                     begin_num_update=step)
     optimizer.out_dir = os.path.abspath(args.out)
     trainer = gluon.Trainer(net.collect_params(), optimizer, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
-    step, compute, communication = 0, 0.0, 0.0
-    first_shards = []  # this worker's first shard of each epoch
+    compute, communication = 0.0, 0.0
+    first_shards = [None] * done  # this worker's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     if args.kvstore.startswith('dist'):
         kv._barrier()  # start the clocks together (MXNet 1.x name)
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(done, args.epochs):
         for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
                                                  world, epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
@@ -190,6 +219,9 @@ def main(argv=None):
                     '{seconds:.1f} sec').format(
                 epoch=epoch + 1, loss=float(loss.mean()),
                 seconds=time.perf_counter() - start), flush=True)
+            if args.checkpoint:  # after every epoch
+                save_checkpoint(args.checkpoint, net, {
+                    'epoch': epoch + 1, 'step': step, 'data_order': order})
     total = time.perf_counter() - start
 
     mine = {'rank': rank, 'world_size': world, 'host': socket.gethostname(),
@@ -212,6 +244,8 @@ def main(argv=None):
                   'num_train': len(y_train), 'num_test': len(y_test),
                   'data': source, 'steps': step, 'examples': step * B,
                   'test_acc': mine['test_acc'], 'seconds_total': total,
+                  'restarts': int(os.environ.get('D2LPAR_RESTART_COUNT', 0)),
+                  'resumed_after_epoch': done, 'amp': amp_dtype,
                   'processes': [mine]}  # the others: OUT/worker{r}.json
         write_json(os.path.join(args.out, 'result.json'), result)
         print(_('test acc {test_acc:.3f} with {world} workers '
@@ -219,6 +253,75 @@ def main(argv=None):
             test_acc=mine['test_acc'], world=world, backend=args.kvstore,
             seconds=total), flush=True)
     write_json(os.path.join(args.out, f'worker{rank}.json'), mine)
+
+
+# --------------------------------------------------------------------------
+# Checkpoints and restarts (--checkpoint, --fail-at-step)
+# --------------------------------------------------------------------------
+CHECKPOINT = 'checkpoint.json'
+
+
+def save_checkpoint(folder, net, state):
+    # The parameters go to folder/epochN.params, then state (epochs and
+    # steps done) to folder/checkpoint.json, which names that file. Each
+    # is written to a temporary file, then renamed: the JSON file, renamed
+    # last, only ever names a whole file of parameters
+    os.makedirs(folder, exist_ok=True)
+    name = f'epoch{state["epoch"]}.params'
+    tmp = os.path.join(folder, f'.{name}.tmp')
+    net.save_parameters(tmp)
+    os.replace(tmp, os.path.join(folder, name))
+    write_json(os.path.join(folder, CHECKPOINT), {**state, 'params': name})
+    for old in os.listdir(folder):  # the former epochs' parameters
+        if old.endswith('.params') and old != name:
+            os.remove(os.path.join(folder, old))
+
+
+def resume(args, net, ctx, order, rank):
+    """Load the checkpoint of ``--checkpoint`` into `net`; return (epochs
+    done, steps done), (0, 0) when there is none. Every worker reads it
+    (on several machines, from a folder they share): worker 0's values
+    initialise the server, and all must know where to go on."""
+    if not args.checkpoint:
+        return 0, 0
+    path = os.path.join(args.checkpoint, CHECKPOINT)
+    if not os.path.exists(path):
+        return 0, 0
+    with open(path) as f:
+        state = json.load(f)
+    if state['data_order'] != order:
+        raise ValueError(error_message(
+            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
+            'remove it, or pass the same --seed, --num-train and '
+            '--batch-size.', path=path, saved=state['data_order'],
+            now=order))
+    net.load_parameters(os.path.join(args.checkpoint, state['params']),
+                        ctx=ctx)
+    if rank == 0:
+        print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
+                'done').format(path=path, epochs=state['epoch'],
+                               steps=state['step']), flush=True)
+    return state['epoch'], state['step']
+
+
+# --------------------------------------------------------------------------
+# Mixed precision (--amp)
+# --------------------------------------------------------------------------
+def check_amp(net, ctx):
+    """Turn on MXNet's AMP with bfloat16 and return the type in which the
+    first convolution then computes; a RuntimeError if that is still
+    float32, as with MXNet 1.9 and the NumPy interface (``npx.set_np``)."""
+    from mxnet.contrib import amp
+    amp.init(target_dtype='bfloat16')
+    dtype = net[0](np.zeros((1, 1, 28, 28), ctx=ctx)).dtype
+    if dtype == onp.float32:
+        raise RuntimeError(error_message(
+            'mx.contrib.amp.init(target_dtype="bfloat16") left the '
+            'convolutions of this network in float32: MXNet {version} casts '
+            'only the operators of mx.nd and mx.sym, not those of the NumPy '
+            'interface (npx.set_np) that this script uses.',
+            version=mx.__version__))
+    return str(dtype)
 
 
 def evaluate(net, X, y, ctx, batch_size=1024):
