@@ -469,7 +469,8 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
 # --------------------------------------------------------------------------
 def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
-          crash_at_step=None, out_dir=None, use_gpus=None, sharded=False):
+          crash_at_step=None, out_dir=None, use_gpus=None, sharded=False,
+          accumulate=1):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
@@ -479,7 +480,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     else the CPU; False, the CPU; True, GPUs (a ValueError when there are
     fewer than `num_workers`). Runs to be compared should use the same
     kind of device: results of GPU kernels differ from the CPU's by more
-    than rounding (TF32 convolutions, other algorithms)."""
+    than rounding (TF32 convolutions, other algorithms). `accumulate`:
+    micro-batches per step, gradients sent once per step."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(error_message(
@@ -500,6 +502,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs]
     if sharded:
         args.append('--fsdp')
+    if accumulate != 1:
+        args += ['--accumulate', accumulate]
     if num_train is not None:
         args += ['--num-train', num_train]
     if num_test is not None:

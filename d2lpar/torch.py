@@ -865,7 +865,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
                       crash_at_step=None, use_gpus=None,
-                      sharded=False):
+                      sharded=False, accumulate=1):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
     global batch; print and return a `DistributedResult` with the times of
@@ -876,11 +876,13 @@ def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
     on the CPU; `use_gpus` False puts them on the CPU in any case, True
     requires the GPUs. `sharded` True shards the model with FSDP
     (PyTorch only; MXNet raises NotImplementedError). Runs to be
-    compared use the same kind of device."""
+    compared use the same kind of device. `accumulate` cuts each
+    process's shard into that many micro-batches, their gradients added
+    up and sent once per step."""
     return _distributed.train('torch', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
                               crash_at_step, use_gpus=use_gpus,
-                              sharded=sharded)
+                              sharded=sharded, accumulate=accumulate)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,
