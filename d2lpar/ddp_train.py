@@ -241,7 +241,7 @@ def main(argv=None):
                 group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
                                                     total_steps)
             optimizer.zero_grad()
-            # DDP averages the gradients over processes, once per step
+            # DDP averages the gradients over processes
             loss = accumulate_gradients(model, loss_fn, X, y,
                                         args.accumulate)
             if args.fsdp:  # no hook: computing includes communicating
@@ -276,11 +276,13 @@ def main(argv=None):
     if args.fsdp:  # a forward pass gathers parameters: all processes take it
         acc = evaluate(model.module, X_test, y_test, device)
     else:  # every process counts on its share of the test set
-        acc = evaluate_shared(model.module, X_test, y_test, device, rank,
-                              world)
+        correct, counted = evaluate_shared(model.module, X_test, y_test,
+                                           device, rank, world)
+        acc = correct / counted
     if rank == 0:
         mine['test_acc'] = acc
         if not args.fsdp:  # for comparison: rank 0 alone, the whole set
+            mine['test_counted'] = counted
             mine['test_acc_rank0_alone'] = evaluate(model.module, X_test,
                                                     y_test, device)
         result = {'framework': 'torch', 'world_size': world,
@@ -290,6 +292,7 @@ def main(argv=None):
                   'data': source, 'steps': step,
                   'examples': step * B, 'test_acc': mine['test_acc'],
                   'test_acc_rank0_alone': mine.get('test_acc_rank0_alone'),
+                  'test_counted': mine.get('test_counted'),
                   'accumulate': args.accumulate,
                   'seconds_total': max(p['seconds_total'] for p in everyone),
                   'processes': everyone}
@@ -376,37 +379,33 @@ def first_indices(num_examples, world, epochs, set_epoch, count=6, seed=0):
 
 
 def accumulate_gradients(model, loss_fn, X, y, micro_steps):
-    """Backpropagate the mean loss over (X, y) in `micro_steps` equal
-    micro-batches, adding up their gradients; return the loss of the
-    last. Under DDP, ``no_sync()`` keeps the first micro-steps from
-    communicating: only the backward pass of the last one averages the
-    (accumulated) gradients over the processes. The loss of each
-    micro-batch is divided by `micro_steps`, so that the sum is the mean
-    over the shard, as in one big step."""
+    # Backpropagate the mean loss over (X, y) in micro_steps equal
+    # micro-batches, whose gradients add up; return the last loss
     chunks = list(zip(X.chunk(micro_steps), y.chunk(micro_steps)))
     for i, (X_m, y_m) in enumerate(chunks):
         last = i == len(chunks) - 1
+        # Under DDP, no_sync() keeps every backward pass but the last one
+        # from communicating; the last one averages the sums over processes
         quiet = (model.no_sync() if isinstance(
             model, DistributedDataParallel) and not last
             else contextlib.nullcontext())
         with quiet:
             loss = loss_fn(model(X_m), y_m)
+            # Divided by micro_steps: the sum is the mean over the shard
             (loss / micro_steps).backward()
     return loss
 
 
 def evaluate_shared(net, X, y, device, rank, world, batch_size=1024):
-    """The accuracy on (X, y), computed by all `world` processes: each
-    counts the correct answers on its share (every `world`-th example,
-    from `rank` on), and one allreduce adds up the counts and the sizes
-    of the shares, so that every process gets the accuracy on the whole."""
+    # (correct, total) on the whole of (X, y), counted by all processes:
+    # each counts on its share, every world-th example from rank on
     share = slice(rank, None, world)
     counts = torch.tensor([count_correct(net, X[share], y[share], device,
                                          batch_size), len(y[share])],
                           dtype=torch.int64, device=device)
-    dist.all_reduce(counts)  # the sum over all processes
+    dist.all_reduce(counts)  # the sums, which every process receives
     correct, total = counts.tolist()
-    return correct / total
+    return correct, total
 
 
 if __name__ == '__main__':

@@ -202,11 +202,14 @@ def main(argv=None):
             'first_shard_of_epoch': first_shards,
             'accumulate': args.accumulate, 'pushes': pushes[0]}
     if args.kvstore.startswith('dist'):  # each worker counts on its share
-        shared_acc = evaluate_shared(net, X_test, y_test, ctx, kv)
+        correct, counted = evaluate_shared(net, X_test, y_test, ctx, kv)
+        shared_acc = correct / counted
     if rank == 0:
         mine['test_acc_rank0_alone'] = evaluate(net, X_test, y_test, ctx)
         mine['test_acc'] = (shared_acc if args.kvstore.startswith('dist')
                             else mine['test_acc_rank0_alone'])
+        if args.kvstore.startswith('dist'):
+            mine['test_counted'] = counted
         result = {'framework': 'mxnet', 'world_size': world,
                   'backend': args.kvstore, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
@@ -214,6 +217,7 @@ def main(argv=None):
                   'data': source, 'steps': step, 'examples': step * B,
                   'test_acc': mine['test_acc'], 'seconds_total': total,
                   'test_acc_rank0_alone': mine['test_acc_rank0_alone'],
+                  'test_counted': mine.get('test_counted'),
                   'accumulate': args.accumulate,
                   'processes': [mine]}  # the others: OUT/worker{r}.json
         write_json(os.path.join(args.out, 'result.json'), result)
@@ -274,10 +278,10 @@ def first_indices(num_examples, num_workers, epochs, new_order, count=6,
 
 
 def accumulate_gradients(net, loss_fn, X, y, micro_steps):
-    """Backpropagate the summed loss over (X, y) in `micro_steps` equal
-    micro-batches; with ``grad_req='add'`` their gradients add up in the
-    parameters' gradient arrays, and nothing goes to the KVStore until
-    ``trainer.step``. Returns the losses of the last micro-batch."""
+    # Backpropagate the summed loss over (X, y) in micro_steps equal
+    # micro-batches; with grad_req='add' their gradients add up, and
+    # nothing goes to the KVStore until trainer.step. Returns the losses
+    # of the last micro-batch
     size = len(y) // micro_steps
     for i in range(micro_steps):
         part = slice(i * size, (i + 1) * size)
@@ -304,14 +308,11 @@ EVAL_KEY = 999  # a KVStore key that no parameter uses
 
 
 def evaluate_shared(net, X, y, ctx, kv, batch_size=1024):
-    """The accuracy on (X, y), computed by all workers: each counts the
-    correct answers on its share (every k-th example, from its rank on)
-    and pushes [correct, size of its share] to the servers, which add up
-    the pushes of all workers; every worker pulls the sums.
-
-    The servers apply their optimizer to all that is pushed; once
-    training is over, worker 0 gives them one that adds each push to the
-    stored value: SGD with learning rate -1, w - (-1) g = w + g."""
+    # (correct, total) on the whole of (X, y), counted by all workers:
+    # each counts on its share, every k-th example from its rank on.
+    # The servers apply their optimizer to all that is pushed; training
+    # is over, so worker 0 gives them one that adds each push to the
+    # stored value: SGD with learning rate -1, w - (-1) g = w + g
     if kv.rank == 0:
         kv.set_optimizer(mx.optimizer.SGD(learning_rate=-1.0))
     kv.init(EVAL_KEY, np.zeros(2, ctx=mx.cpu()))  # waits for all workers
@@ -319,11 +320,11 @@ def evaluate_shared(net, X, y, ctx, kv, batch_size=1024):
     counts = np.array([count_correct(net, X[share], y[share], ctx,
                                      batch_size), len(y[share])],
                       dtype='float32', ctx=mx.cpu())
-    kv.push(EVAL_KEY, counts)
+    kv.push(EVAL_KEY, counts)  # the servers add up the pushes
     total = np.zeros(2, ctx=mx.cpu())
-    kv.pull(EVAL_KEY, out=total)
+    kv.pull(EVAL_KEY, out=total)  # once every worker has pushed
     correct, size = total.asnumpy().tolist()
-    return correct / size
+    return int(correct), int(size)
 
 
 if __name__ == '__main__':

@@ -130,6 +130,7 @@ def test_shared_evaluation_equals_one_process_exactly(runs, framework):
     for result in runs(framework):
         assert result.summary['num_test'] == 301
         assert result.test_acc == result.summary['test_acc_rank0_alone']
+        assert result.summary['test_counted'] == 301  # every example once
         assert result.test_acc * 301 == pytest.approx(
             round(result.test_acc * 301), abs=1e-9)
         assert 0.1 < result.test_acc < 1.0
