@@ -45,6 +45,14 @@ reduce-scatters its gradients; there is no hook, so *compute* includes
 that communication. Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
+
+With ``--accumulate N`` each process cuts its shard into N micro-batches
+and adds up their gradients, communicating only in the backward pass of
+the last one (``no_sync``); the hook counts the allreduces. At the end
+every process counts the correct answers on its share of the test set
+and one allreduce adds up the counts (``evaluate_shared``); rank 0 also
+evaluates alone, for comparison. ``sharded_loader`` shows the standard
+way to shard data (``DistributedSampler``, ``set_epoch``).
 """
 import contextlib
 import os
@@ -369,7 +377,7 @@ def first_indices(num_examples, world, epochs, set_epoch, count=6, seed=0):
     dataset = TensorDataset(torch.arange(num_examples))
     seen = {}
     for rank in range(world):
-        sampler, _ = sharded_loader(dataset, 1, rank, world, seed)
+        sampler = sharded_loader(dataset, 1, rank, world, seed)[0]
         seen[rank] = []
         for epoch in range(epochs):
             if set_epoch:

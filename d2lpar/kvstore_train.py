@@ -42,6 +42,14 @@ pulling the weights; step 1 includes the KVStore's setup (worker 0 pushes
 the initial weights). *Total*: the training loop. Writes
 OUT/worker{rank}.json per worker and, on worker 0, OUT/params_step1.npz
 and OUT/result.json with the test accuracy.
+
+With ``--accumulate N`` each worker cuts its shard into N micro-batches
+whose gradients add up (``grad_req='add'``) and pushes once per step;
+``count_pushes`` counts the pushes. At the end every worker counts the
+correct answers on its share of the test set and the servers add up the
+counts (``evaluate_shared``); worker 0 also evaluates alone, for
+comparison. ``worker_shard`` and ``sharded_loader`` shard data per
+worker, in a new order every epoch.
 """
 import os
 import socket
