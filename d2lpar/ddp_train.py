@@ -64,6 +64,14 @@ first time only (a file in OUT remembers), to watch that happen. With
 ``--amp`` the forward pass runs in bfloat16 on a CPU
 (``torch.autocast('cpu')``) and in float16 on a GPU, with a
 ``GradScaler``; the parameters, and the evaluation, stay in float32.
+
+With ``--accumulate N`` each process cuts its shard into N micro-batches
+and adds up their gradients, communicating only in the backward pass of
+the last one (``no_sync``); the hook counts the allreduces. At the end
+every process counts the correct answers on its share of the test set
+and one allreduce adds up the counts (``evaluate_shared``); rank 0 also
+evaluates alone, for comparison. ``sharded_loader`` shows the standard
+way to shard data (``DistributedSampler``, ``set_epoch``).
 """
 import contextlib
 import os
@@ -79,6 +87,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from d2lpar import _common
 from d2lpar._common import write_json
@@ -117,6 +127,7 @@ class CommTimer:
     def __init__(self, cuda):
         self.cuda, self.steps = cuda, []
         self.spans, self.handed_over = [], None
+        self.allreduces = 0  # calls of the hook: buckets sent, all steps
         self.origin = self.mark()
 
     def mark(self):
@@ -170,6 +181,7 @@ def timed_allreduce(timer, bucket):
     set in `done` comes after the allreduce: a callback of a future on
     GPUs runs on streams that wait for that future's kernels."""
     start = timer.handed_over = timer.mark()
+    timer.allreduces += 1
 
     def done(fut):
         timer.spans.append((start, timer.mark()))
@@ -192,6 +204,9 @@ def parse_args(argv=None):
     p.add_argument('--amp', action='store_true',
                    help=_('mixed precision: bfloat16 on a CPU, float16 with '
                           'a gradient scaler on a GPU'))
+    p.add_argument('--accumulate', type=int, default=1,
+                   help=_('micro-batches per step: gradients are added up '
+                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -211,6 +226,10 @@ def main(argv=None):
             '--batch-size {B} cannot be cut into {world} equal shards: pass '
             'a multiple of {world}.', B=B, world=world))
     b = B // world  # this process's shard of every global batch
+    if args.accumulate < 1 or b % args.accumulate:
+        raise ValueError(error_message(
+            'A shard of {b} examples cannot be cut into {n} equal '
+            'micro-batches (--accumulate).', b=b, n=args.accumulate))
     gpu, notice = _common.choose_gpu(
         0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
     if notice and local_rank == 0:
@@ -270,10 +289,9 @@ def main(argv=None):
                 group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
                                                     total_steps)
             optimizer.zero_grad()
-            with precision.autocast():
-                loss = loss_fn(precision.watch(model(X)), y)
             # DDP averages the gradients over processes
-            precision.backward(loss)
+            loss = accumulate_gradients(model, loss_fn, X, y,
+                                        args.accumulate, precision)
             if args.fsdp:  # no hook: computing includes communicating
                 timer.handed_over = timer.mark()
             timer.end_step(t0)
@@ -305,14 +323,22 @@ def main(argv=None):
             'device': str(device), 'steps': step, 'examples': step * b,
             'seconds_compute': compute,
             'seconds_communication': communication, 'seconds_total': total,
-            'first_shard_of_epoch': first_shards}
+            'first_shard_of_epoch': first_shards,
+            'accumulate': args.accumulate, 'allreduces': timer.allreduces}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
     if args.fsdp:  # a forward pass gathers parameters: all processes take it
         acc = evaluate(model.module, X_test, y_test, device)
+    else:  # every process counts on its share of the test set
+        correct, counted = evaluate_shared(model.module, X_test, y_test,
+                                           device, rank, world)
+        acc = correct / counted
     if rank == 0:
-        mine['test_acc'] = (acc if args.fsdp else
-                            evaluate(model.module, X_test, y_test, device))
+        mine['test_acc'] = acc
+        if not args.fsdp:  # for comparison: rank 0 alone, the whole set
+            mine['test_counted'] = counted
+            mine['test_acc_rank0_alone'] = evaluate(model.module, X_test,
+                                                    y_test, device)
         result = {'framework': 'torch', 'world_size': world,
                   'backend': backend, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
@@ -321,6 +347,9 @@ def main(argv=None):
                   'examples': step * B, 'test_acc': mine['test_acc'],
                   'restarts': restarts(), 'resumed_after_epoch': done,
                   'amp': precision.name, 'output_dtype': precision.seen,
+                  'test_acc_rank0_alone': mine.get('test_acc_rank0_alone'),
+                  'test_counted': mine.get('test_counted'),
+                  'accumulate': args.accumulate,
                   'seconds_total': max(p['seconds_total'] for p in everyone),
                   'processes': everyone}
         write_json(os.path.join(args.out, 'result.json'), result)
@@ -608,14 +637,92 @@ class Sharded(nn.Module):
         return self.module(X)
 
 
-def evaluate(net, X, y, device, batch_size=1024):
+def count_correct(net, X, y, device, batch_size=1024):
+    """How many examples of (X, y) `net` classifies correctly."""
     correct = 0
     with torch.no_grad():
         for i in range(0, len(y), batch_size):
             X_b = torch.from_numpy(X[i:i + batch_size]).to(device)
             y_b = torch.from_numpy(y[i:i + batch_size]).to(device)
             correct += int((net(X_b).argmax(dim=1) == y_b).sum())
-    return correct / len(y)
+    return correct
+
+
+def evaluate(net, X, y, device, batch_size=1024):
+    """The accuracy on the whole of (X, y), in this process alone."""
+    return count_correct(net, X, y, device, batch_size) / len(y)
+
+
+# --------------------------------------------------------------------------
+# Practices of real jobs: sharding with a sampler, accumulating gradients,
+# evaluating in every process
+# --------------------------------------------------------------------------
+def sharded_loader(dataset, batch_size, rank, world, seed=0, num_workers=0,
+                   pin_memory=None):
+    """(sampler, loader): process `rank` of `world`'s part of `dataset`.
+
+    The `DistributedSampler` shuffles the indices with the seed
+    ``seed + epoch`` (the same in every process) and gives this process
+    every `world`-th of them, from `rank` on; call
+    ``sampler.set_epoch(epoch)`` before each epoch, or every epoch repeats
+    the order of the first. `num_workers` processes load the batches
+    while this one trains. Pinned (page-locked) memory lets a batch be
+    copied to a GPU asynchronously; it is the default only with a GPU,
+    since without one it costs a copy and locked memory for nothing."""
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank,
+                                 shuffle=True, seed=seed, drop_last=True)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler,
+                        num_workers=num_workers, pin_memory=pin_memory)
+    return sampler, loader
+
+
+def first_indices(num_examples, world, epochs, set_epoch, count=6, seed=0):
+    """{rank: [the first `count` indices of each epoch]} that the
+    `DistributedSampler` of each of `world` processes gives, with or
+    without ``set_epoch`` before each epoch."""
+    dataset = TensorDataset(torch.arange(num_examples))
+    seen = {}
+    for rank in range(world):
+        sampler = sharded_loader(dataset, 1, rank, world, seed)[0]
+        seen[rank] = []
+        for epoch in range(epochs):
+            if set_epoch:
+                sampler.set_epoch(epoch)
+            seen[rank].append(list(sampler)[:count])
+    return seen
+
+
+def accumulate_gradients(model, loss_fn, X, y, micro_steps, precision):
+    # Backpropagate the mean loss over (X, y) in micro_steps equal
+    # micro-batches, whose gradients add up; return the last loss
+    chunks = list(zip(X.chunk(micro_steps), y.chunk(micro_steps)))
+    for i, (X_m, y_m) in enumerate(chunks):
+        last = i == len(chunks) - 1
+        # Under DDP, no_sync() keeps every backward pass but the last one
+        # from communicating; the last one averages the sums over processes
+        quiet = (model.no_sync() if isinstance(
+            model, DistributedDataParallel) and not last
+            else contextlib.nullcontext())
+        with quiet:
+            with precision.autocast():  # float32 unless --amp
+                loss = loss_fn(precision.watch(model(X_m)), y_m)
+            # Divided by micro_steps: the sum is the mean over the shard
+            precision.backward(loss / micro_steps)
+    return loss
+
+
+def evaluate_shared(net, X, y, device, rank, world, batch_size=1024):
+    # (correct, total) on the whole of (X, y), counted by all processes:
+    # each counts on its share, every world-th example from rank on
+    share = slice(rank, None, world)
+    counts = torch.tensor([count_correct(net, X[share], y[share], device,
+                                         batch_size), len(y[share])],
+                          dtype=torch.int64, device=device)
+    dist.all_reduce(counts)  # the sums, which every process receives
+    correct, total = counts.tolist()
+    return correct, total
 
 
 if __name__ == '__main__':

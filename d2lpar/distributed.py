@@ -543,7 +543,7 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
           crash_at_step=None, out_dir=None, use_gpus=None, sharded=False,
           optimizer='sgd', pipelined=False, checkpoint=False,
-          fail_at_step=None, max_restarts=0, amp=False):
+          fail_at_step=None, max_restarts=0, amp=False, accumulate=1):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
@@ -565,7 +565,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     process kill itself (SIGKILL) at that step, once; `max_restarts`
     starts the processes again after a failure (PyTorch: torchrun's
     ``--max-restarts``; MXNet: the whole job). `amp` True trains in mixed
-    precision (``--amp``)."""
+    precision (``--amp``). `accumulate`: micro-batches per step, gradients
+    sent once per step."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(error_message(
@@ -600,6 +601,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         servers = dict(num_servers=num_workers, bigarray_bound=10000)
     if pipelined:
         args.append('--pipeline')
+    if accumulate != 1:
+        args += ['--accumulate', accumulate]
     if num_train is not None:
         args += ['--num-train', num_train]
     if num_test is not None:

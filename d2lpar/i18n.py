@@ -340,7 +340,8 @@ def _comment_lines(text, indent):
 
 
 # The functions of the training scripts that lesson 4 shows
-SHOWN = ('main', 'save_checkpoint', 'resume')
+SHOWN = ('main', 'save_checkpoint', 'resume', 'accumulate_gradients',
+         'evaluate_shared')
 
 
 def extract_script(fileobj, keywords, comment_tags, options):

@@ -66,6 +66,14 @@ precision (``mx.contrib.amp``) for bfloat16, and stops with an error
 when it leaves the network in float32 (MXNet 1.9 casts only the
 operators of ``mx.nd`` and ``mx.sym``, not those of the NumPy interface
 used here).
+
+With ``--accumulate N`` each worker cuts its shard into N micro-batches
+whose gradients add up (``grad_req='add'``) and pushes once per step;
+``count_pushes`` counts the pushes. At the end every worker counts the
+correct answers on its share of the test set and the servers add up the
+counts (``evaluate_shared``); worker 0 also evaluates alone, for
+comparison. ``worker_shard`` and ``sharded_loader`` shard data per
+worker, in a new order every epoch.
 """
 import json
 import os
@@ -129,6 +137,9 @@ def parse_args(argv=None):
     p.add_argument('--amp', action='store_true',
                    help=_('mixed precision with bfloat16 (mx.contrib.amp), '
                           'if MXNet applies it to this network'))
+    p.add_argument('--accumulate', type=int, default=1,
+                   help=_('micro-batches per step: gradients are added up '
+                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -150,6 +161,10 @@ def main(argv=None):
             '--batch-size {B} cannot be cut into {world} equal shards: pass '
             'a multiple of {world}.', B=B, world=world))
     b = B // world  # this worker's shard of every global batch
+    if args.accumulate < 1 or b % args.accumulate:
+        raise ValueError(error_message(
+            'A shard of {b} examples cannot be cut into {n} equal '
+            'micro-batches (--accumulate).', b=b, n=args.accumulate))
     local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
     local_workers = int(os.environ.get('D2LPAR_LOCAL_WORKERS', world))
     gpu, notice = _common.choose_gpu(
@@ -185,6 +200,10 @@ def main(argv=None):
     optimizer.out_dir = os.path.abspath(args.out)
     trainer = gluon.Trainer(net.collect_params(), optimizer, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
+    pushes = count_pushes(kv)  # pushes[0]: gradients sent so far
+    if args.accumulate > 1:  # backward adds to the gradients
+        for param in net.collect_params().values():
+            param.grad_req = 'add'
     compute, communication = 0.0, 0.0
     first_shards = [None] * done  # this worker's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
@@ -200,14 +219,16 @@ def main(argv=None):
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
             t0 = time.perf_counter()
-            with autograd.record():
-                loss = loss_fn(net(X), y)
-            loss.backward()  # the gradient of the sum over the shard
+            # The gradient of the sum over the shard, micro-batch by
+            # micro-batch when accumulating (nothing is sent meanwhile)
+            loss = accumulate_gradients(net, loss_fn, X, y, args.accumulate)
             npx.waitall()
             t1 = time.perf_counter()
             # Push the gradients; the server sums the pushes of all workers
             # and updates with rescale_grad = 1 / B; pull the new weights.
             trainer.step(B)
+            if args.accumulate > 1:  # grad_req='add': start from zero
+                net.collect_params().zero_grad()
             npx.waitall()
             compute += t1 - t0
             communication += time.perf_counter() - t1
@@ -235,9 +256,17 @@ def main(argv=None):
                                    for p in net.collect_params().values()),
             'optimizer_bytes': sum(kvstore_state.state_bytes(s)
                                    for u in trainer._updaters
-                                   for s in u.states.values())}
+                                   for s in u.states.values()),
+            'accumulate': args.accumulate, 'pushes': pushes[0]}
+    if args.kvstore.startswith('dist'):  # each worker counts on its share
+        correct, counted = evaluate_shared(net, X_test, y_test, ctx, kv)
+        shared_acc = correct / counted
     if rank == 0:
-        mine['test_acc'] = evaluate(net, X_test, y_test, ctx)
+        mine['test_acc_rank0_alone'] = evaluate(net, X_test, y_test, ctx)
+        mine['test_acc'] = (shared_acc if args.kvstore.startswith('dist')
+                            else mine['test_acc_rank0_alone'])
+        if args.kvstore.startswith('dist'):
+            mine['test_counted'] = counted
         result = {'framework': 'mxnet', 'world_size': world,
                   'backend': args.kvstore, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
@@ -246,6 +275,9 @@ def main(argv=None):
                   'test_acc': mine['test_acc'], 'seconds_total': total,
                   'restarts': int(os.environ.get('D2LPAR_RESTART_COUNT', 0)),
                   'resumed_after_epoch': done, 'amp': amp_dtype,
+                  'test_acc_rank0_alone': mine['test_acc_rank0_alone'],
+                  'test_counted': mine.get('test_counted'),
+                  'accumulate': args.accumulate,
                   'processes': [mine]}  # the others: OUT/worker{r}.json
         write_json(os.path.join(args.out, 'result.json'), result)
         print(_('test acc {test_acc:.3f} with {world} workers '
@@ -324,13 +356,103 @@ def check_amp(net, ctx):
     return str(dtype)
 
 
-def evaluate(net, X, y, ctx, batch_size=1024):
+def count_correct(net, X, y, ctx, batch_size=1024):
+    """How many examples of (X, y) `net` classifies correctly."""
     correct = 0
     for i in range(0, len(y), batch_size):
         y_hat = net(np.array(X[i:i + batch_size], ctx=ctx))
         correct += int((y_hat.argmax(axis=1).asnumpy() ==
                         y[i:i + batch_size]).sum())
-    return correct / len(y)
+    return correct
+
+
+def evaluate(net, X, y, ctx, batch_size=1024):
+    """The accuracy on the whole of (X, y), in this worker alone."""
+    return count_correct(net, X, y, ctx, batch_size) / len(y)
+
+
+# --------------------------------------------------------------------------
+# Practices of real jobs: sharding per worker, accumulating gradients,
+# evaluating in every worker
+# --------------------------------------------------------------------------
+def worker_shard(num_examples, rank, num_workers, epoch, seed=0):
+    """The examples that worker `rank` of `num_workers` takes in `epoch`:
+    every `num_workers`-th index, from `rank` on, of an order drawn from
+    ``(seed, epoch)``. The seed is the same on every worker, so that the
+    shards do not overlap; the epoch changes the order every epoch."""
+    order = onp.random.default_rng((seed, epoch)).permutation(num_examples)
+    return order[rank::num_workers]
+
+
+def sharded_loader(X, y, batch_size, rank, num_workers, epoch, seed=0,
+                   loading_workers=0):
+    """A Gluon `DataLoader` over this worker's shard of (X, y) in `epoch`
+    (make a new one every epoch); `loading_workers` processes prepare
+    the batches while this one trains."""
+    shard = worker_shard(len(y), rank, num_workers, epoch, seed).tolist()
+    return gluon.data.DataLoader(gluon.data.ArrayDataset(X, y), batch_size,
+                                 sampler=shard, last_batch='discard',
+                                 num_workers=loading_workers)
+
+
+def first_indices(num_examples, num_workers, epochs, new_order, count=6,
+                  seed=0):
+    """{rank: [the first `count` indices of each epoch]} of each worker's
+    shard, when the epoch changes the order (`new_order`) or not."""
+    return {rank: [worker_shard(num_examples, rank, num_workers,
+                                epoch if new_order else 0, seed)[:count]
+                   .tolist() for epoch in range(epochs)]
+            for rank in range(num_workers)}
+
+
+def accumulate_gradients(net, loss_fn, X, y, micro_steps):
+    # Backpropagate the summed loss over (X, y) in micro_steps equal
+    # micro-batches; with grad_req='add' their gradients add up, and
+    # nothing goes to the KVStore until trainer.step. Returns the losses
+    # of the last micro-batch
+    size = len(y) // micro_steps
+    for i in range(micro_steps):
+        part = slice(i * size, (i + 1) * size)
+        with autograd.record():
+            loss = loss_fn(net(X[part]), y[part])
+        loss.backward()
+    return loss
+
+
+def count_pushes(kv):
+    """Count the gradients this worker sends to the servers: wrap the
+    KVStore's ``pushpull`` (``trainer.step`` calls it once per
+    parameter). Returns a list whose item 0 is the count so far."""
+    count, pushpull = [0], kv.pushpull
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return pushpull(*args, **kwargs)
+    kv.pushpull = counted
+    return count
+
+
+EVAL_KEY = 999  # a KVStore key that no parameter uses
+
+
+def evaluate_shared(net, X, y, ctx, kv, batch_size=1024):
+    # (correct, total) on the whole of (X, y), counted by all workers:
+    # each counts on its share, every k-th example from its rank on.
+    # The servers apply their optimizer to all that is pushed; training
+    # is over, so worker 0 gives them one that adds each push to the
+    # stored value: SGD with learning rate -1, w - (-1) g = w + g
+    if kv.rank == 0:
+        kv.set_optimizer(mx.optimizer.SGD(learning_rate=-1.0))
+    kv.init(EVAL_KEY, np.zeros(2, ctx=mx.cpu()))  # waits for all workers
+    share = slice(kv.rank, None, kv.num_workers)
+    counts = np.array([count_correct(net, X[share], y[share], ctx,
+                                     batch_size), len(y[share])],
+                      dtype='float32', ctx=mx.cpu())
+    kv.push(EVAL_KEY, counts)  # the servers add up the pushes
+    total = np.zeros(2, ctx=mx.cpu())
+    kv.pull(EVAL_KEY, out=total)  # once every worker has pushed
+    correct, size = total.asnumpy().tolist()
+    return int(correct), int(size)
 
 
 if __name__ == '__main__':
