@@ -152,7 +152,9 @@ def parameter_drift(d2l, params, batch_size, lr, num_steps=20,
 def train_distributed(d2l, num_workers, batch_size=256, lr=0.2,
                       num_epochs=2, num_train=None, num_test=None, port=None,
                       timeout=300, crash_at_step=None, use_gpus=None,
-                      sharded=False):
+                      sharded=False, optimizer='sgd', pipelined=False,
+                      checkpoint=False, fail_at_step=None,
+                      max_restarts=0, amp=False, accumulate=1):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (PyTorch: DDP with gloo (nccl on GPUs) under torchrun; MXNet: the
     dist_sync KVStore with a scheduler and a server), each on its share of
@@ -162,13 +164,24 @@ def train_distributed(d2l, num_workers, batch_size=256, lr=0.2,
     behind; `crash_at_step` makes the last process fail on purpose.
     The processes train on GPUs when each can have one of its own, else
     on the CPU; `use_gpus` False puts them on the CPU in any case, True
-    requires the GPUs. `sharded` True shards the model with FSDP
-    (PyTorch only; MXNet raises NotImplementedError). Runs to be
-    compared use the same kind of device."""
+    requires the GPUs. `sharded` True shards the model with FSDP in
+    PyTorch; in MXNet it runs as many servers as workers, each holding the
+    optimizer state of its part of the parameters. `optimizer` is 'sgd'
+    or 'adam'. `pipelined` True trains lesson 5's pipeline MLP instead, in
+    two GPipe stages, one per process, with torch.distributed.pipelining
+    (MXNet has no such tool: NotImplementedError). Runs to be compared use
+    the same kind of device. `checkpoint`, `fail_at_step`,
+    `max_restarts`: checkpoints and restarts; `amp`: mixed precision;
+    `accumulate`: micro-batches per step (see
+    `d2lpar.distributed.train`)."""
     return _distributed.train(d2l._FRAMEWORK, num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
                               crash_at_step, use_gpus=use_gpus,
-                              sharded=sharded)
+                              sharded=sharded, optimizer=optimizer,
+                              pipelined=pipelined, checkpoint=checkpoint,
+                              fail_at_step=fail_at_step,
+                              max_restarts=max_restarts, amp=amp,
+                              accumulate=accumulate)
 
 
 def distributed_commands(d2l, hosts, workers_per_host=1, port=29500,

@@ -42,12 +42,41 @@ model, is sharded with FSDP's ``fully_shard`` instead of wrapped in DDP:
 every process keeps 1/world of each parameter, its gradient and its
 optimizer state, gathers a layer's parameters just before it computes and
 reduce-scatters its gradients; there is no hook, so *compute* includes
-that communication. Writes OUT/rank{r}.json per process and, on rank
+that communication. With ``--pipeline`` (two processes) the model is the
+MLP of lesson 5's pipeline (``pipeline_params``), cut into two stages,
+one per process, and ``torch.distributed.pipelining`` runs the GPipe
+schedule with ``--microbatches`` micro-batches: process 0 feeds every
+whole global batch into stage 0, process 1 computes the loss from its
+labels; activations and their gradients go between the processes. Each
+process updates its own stage; *compute* includes the sends and receives.
+Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
+
+With ``--checkpoint DIR`` rank 0 saves the model, the optimizer, the
+number of epochs done and the seed of the data order to
+DIR/checkpoint.pt after every epoch, atomically (`save_checkpoint`), and a
+run that finds that file resumes after its last epoch (`resume`): under
+``torchrun --max-restarts 1``, a process that dies makes torchrun stop
+the others and start them all again, and they go on from the checkpoint.
+``--fail-at-step N`` kills the last rank with SIGKILL at step N, the
+first time only (a file in OUT remembers), to watch that happen. With
+``--amp`` the forward pass runs in bfloat16 on a CPU
+(``torch.autocast('cpu')``) and in float16 on a GPU, with a
+``GradScaler``; the parameters, and the evaluation, stay in float32.
+
+With ``--accumulate N`` each process cuts its shard into N micro-batches
+and adds up their gradients, communicating only in the backward pass of
+the last one (``no_sync``); the hook counts the allreduces. At the end
+every process counts the correct answers on its share of the test set
+and one allreduce adds up the counts (``evaluate_shared``); rank 0 also
+evaluates alone, for comparison. ``sharded_loader`` shows the standard
+way to shard data (``DistributedSampler``, ``set_epoch``).
 """
+import contextlib
 import os
 import socket
+import tempfile
 import time
 
 import numpy as np
@@ -58,6 +87,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from d2lpar import _common
 from d2lpar._common import write_json
@@ -96,6 +127,7 @@ class CommTimer:
     def __init__(self, cuda):
         self.cuda, self.steps = cuda, []
         self.spans, self.handed_over = [], None
+        self.allreduces = 0  # calls of the hook: buckets sent, all steps
         self.origin = self.mark()
 
     def mark(self):
@@ -149,6 +181,7 @@ def timed_allreduce(timer, bucket):
     set in `done` comes after the allreduce: a callback of a future on
     GPUs runs on streams that wait for that future's kernels."""
     start = timer.handed_over = timer.mark()
+    timer.allreduces += 1
 
     def done(fut):
         timer.spans.append((start, timer.mark()))
@@ -159,9 +192,21 @@ def timed_allreduce(timer, bucket):
 
 def parse_args(argv=None):
     p = _common.training_arguments(__doc__.split('\n\n')[0], 'processes')
+    p.add_argument('--pipeline', action='store_true',
+                   help=_('train the MLP of lesson 5 in two pipeline stages, '
+                          'one per process (GPipe)'))
+    p.add_argument('--microbatches', type=int, default=4)
+    p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd')
     p.add_argument('--fsdp', action='store_true',
                    help=_('shard parameters, gradients and optimizer state '
                           'with FSDP (fully_shard) instead of DDP'))
+    _common.checkpoint_arguments(p)
+    p.add_argument('--amp', action='store_true',
+                   help=_('mixed precision: bfloat16 on a CPU, float16 with '
+                          'a gradient scaler on a GPU'))
+    p.add_argument('--accumulate', type=int, default=1,
+                   help=_('micro-batches per step: gradients are added up '
+                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -181,6 +226,10 @@ def main(argv=None):
             '--batch-size {B} cannot be cut into {world} equal shards: pass '
             'a multiple of {world}.', B=B, world=world))
     b = B // world  # this process's shard of every global batch
+    if args.accumulate < 1 or b % args.accumulate:
+        raise ValueError(error_message(
+            'A shard of {b} examples cannot be cut into {n} equal '
+            'micro-batches (--accumulate).', b=b, n=args.accumulate))
     gpu, notice = _common.choose_gpu(
         0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
     if notice and local_rank == 0:
@@ -192,7 +241,8 @@ def main(argv=None):
     else:
         device = torch.device('cpu')
     backend = 'nccl' if cuda else 'gloo'
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, store=fresh_store(rank, world),
+                            rank=rank, world_size=world)
 
     X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
         args.num_train, args.num_test)
@@ -200,7 +250,14 @@ def main(argv=None):
         raise ValueError(error_message(
             '{n} training examples make no global batch of {B}.',
             n=len(y_train), B=B))
+    if args.pipeline:
+        return train_pipeline(args, rank, world, device, backend,
+                              (X_train, y_train, X_test, y_test, source))
     timer = CommTimer(cuda)
+    if args.fsdp and args.checkpoint:
+        raise ValueError(error_message(
+            '--checkpoint does not work with --fsdp here: a sharded model '
+            'is saved with torch.distributed.checkpoint.'))
     if args.fsdp:  # each process keeps 1/world of every layer's tensors
         model = Sharded(lenet(args.seed).to(device))
     else:
@@ -208,16 +265,19 @@ def main(argv=None):
             lenet(args.seed).to(device),
             device_ids=[local_rank] if cuda else None)
         model.register_comm_hook(timer, timed_allreduce)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    optimizer = make_optimizer(args, model.parameters())
+    precision = Precision(args.amp, cuda)  # float32 unless --amp
     total_steps = len(y_train) // B * args.epochs
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
-    step = 0
-    first_shards = []  # this process's first shard of each epoch
+    order = {'seed': args.seed, 'num_train': len(y_train), 'batch_size': B}
+    # Go on after the last epoch of a checkpoint, if there is one
+    done, step = resume(args, model, optimizer, precision, order)
+    first_shards = [None] * done  # this process's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     dist.barrier()  # start the clocks together
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(done, args.epochs):
         for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
                                                  world, epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
@@ -229,12 +289,13 @@ def main(argv=None):
                 group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
                                                     total_steps)
             optimizer.zero_grad()
-            loss = loss_fn(model(X), y)
-            loss.backward()  # DDP averages the gradients over processes
+            # DDP averages the gradients over processes
+            loss = accumulate_gradients(model, loss_fn, X, y,
+                                        args.accumulate, precision)
             if args.fsdp:  # no hook: computing includes communicating
                 timer.handed_over = timer.mark()
             timer.end_step(t0)
-            optimizer.step()
+            precision.step(optimizer)
             # FSDP: every process gathers the whole tensors
             if step == 1 and (args.fsdp or rank == 0):
                 whole = {k: v.full_tensor() if args.fsdp else v for k, v in
@@ -248,6 +309,12 @@ def main(argv=None):
                     '{seconds:.1f} sec').format(
                 epoch=epoch + 1, loss=loss.item(),
                 seconds=time.perf_counter() - start), flush=True)
+            if args.checkpoint:  # after every epoch
+                save_checkpoint(os.path.join(args.checkpoint, CHECKPOINT), {
+                    'model': model.module.state_dict(),
+                    'optimizer': optimizer.state_dict(),
+                    'precision': precision.state_dict(),
+                    'epoch': epoch + 1, 'step': step, 'data_order': order})
     compute, communication = timer.seconds()  # waits for the GPU
     total = time.perf_counter() - start
 
@@ -256,20 +323,33 @@ def main(argv=None):
             'device': str(device), 'steps': step, 'examples': step * b,
             'seconds_compute': compute,
             'seconds_communication': communication, 'seconds_total': total,
-            'first_shard_of_epoch': first_shards}
+            'first_shard_of_epoch': first_shards,
+            'accumulate': args.accumulate, 'allreduces': timer.allreduces}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
     if args.fsdp:  # a forward pass gathers parameters: all processes take it
         acc = evaluate(model.module, X_test, y_test, device)
+    else:  # every process counts on its share of the test set
+        correct, counted = evaluate_shared(model.module, X_test, y_test,
+                                           device, rank, world)
+        acc = correct / counted
     if rank == 0:
-        mine['test_acc'] = (acc if args.fsdp else
-                            evaluate(model.module, X_test, y_test, device))
+        mine['test_acc'] = acc
+        if not args.fsdp:  # for comparison: rank 0 alone, the whole set
+            mine['test_counted'] = counted
+            mine['test_acc_rank0_alone'] = evaluate(model.module, X_test,
+                                                    y_test, device)
         result = {'framework': 'torch', 'world_size': world,
                   'backend': backend, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
                   'num_train': len(y_train), 'num_test': len(y_test),
                   'data': source, 'steps': step,
                   'examples': step * B, 'test_acc': mine['test_acc'],
+                  'restarts': restarts(), 'resumed_after_epoch': done,
+                  'amp': precision.name, 'output_dtype': precision.seen,
+                  'test_acc_rank0_alone': mine.get('test_acc_rank0_alone'),
+                  'test_counted': mine.get('test_counted'),
+                  'accumulate': args.accumulate,
                   'seconds_total': max(p['seconds_total'] for p in everyone),
                   'processes': everyone}
         write_json(os.path.join(args.out, 'result.json'), result)
@@ -279,6 +359,266 @@ def main(argv=None):
             seconds=total), flush=True)
     write_json(os.path.join(args.out, f'rank{rank}.json'), mine)
     dist.destroy_process_group()
+
+
+def make_optimizer(args, params):
+    kind = torch.optim.Adam if args.optimizer == 'adam' else torch.optim.SGD
+    return kind(params, lr=args.lr)
+
+
+class Stage(nn.Module):
+    """One pipeline stage of lesson 5's MLP: `params` are (weight, bias)
+    pairs with weights of shape (inputs, outputs), each layer followed by
+    a ReLU except the very last layer of the model (``stage_forward``)."""
+
+    def __init__(self, params, last):
+        super().__init__()
+        self.params = nn.ParameterList(nn.Parameter(p) for p in params)
+        self.last = last
+
+    def forward(self, X):
+        X = X.reshape(X.shape[0], -1)
+        for i in range(0, len(self.params), 2):
+            X = X @ self.params[i] + self.params[i + 1]
+            if not (self.last and i == len(self.params) - 2):
+                X = torch.relu(X)
+        return X
+
+
+def pipeline_stages(seed, width=512):
+    """The two stages of lesson 5's pipeline MLP, with the values that
+    ``pipeline_params()`` draws after ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+
+    def layer(n_in, n_out):
+        return [torch.randn(n_in, n_out) * (2 / n_in) ** 0.5,
+                torch.zeros(n_out)]
+    params = [layer(784, width) + layer(width, width),
+              layer(width, width) + layer(width, 10)]
+    return [Stage(params[0], False), Stage(params[1], True)]
+
+
+def gather_stages(stage):
+    """{'s.i': NumPy array}: parameter i of stage s, for every stage, on
+    every process (each process sends its own stage's)."""
+    mine = [p.detach().cpu().numpy() for p in stage.parameters()]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return {f'{s}.{i}': a for s, arrays in enumerate(everyone)
+            for i, a in enumerate(arrays)}
+
+
+def train_pipeline(args, rank, world, device, backend, data):
+    """GPipe over the processes with torch.distributed.pipelining: process
+    s holds stage s of the pipeline MLP and updates only its parameters."""
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    X_train, y_train, X_test, y_test, source = data
+    B, m = args.batch_size, args.microbatches
+    if world != 2:
+        raise ValueError(error_message(
+            '--pipeline cuts the model into 2 stages: start 2 processes, '
+            'not {world}.', world=world))
+    if m < 1 or B % m:
+        raise ValueError(error_message(
+            '--batch-size {B} cannot be cut into {m} equal micro-batches.',
+            B=B, m=m))
+    stages = pipeline_stages(args.seed)
+    mine = stages[rank].to(device)
+    # The mean loss of each micro-batch; the schedule divides the summed
+    # gradients by m, so they are those of the mean over the global batch
+    schedule = ScheduleGPipe(PipelineStage(mine, rank, world, device),
+                             n_microbatches=m, loss_fn=nn.CrossEntropyLoss())
+    optimizer = make_optimizer(args, mine.parameters())
+    total_steps = len(y_train) // B * args.epochs
+    step, losses, seconds, first_batches = 0, [], 0.0, []
+    os.makedirs(args.out, exist_ok=True)
+    dist.barrier()
+    start = time.perf_counter()
+    for epoch in range(args.epochs):
+        # Both stages take every whole global batch, in the same order
+        for step, idx in _common.shards_of_epoch(args, len(y_train), 0, 1,
+                                                 epoch, step):
+            if len(first_batches) == epoch:
+                first_batches.append(idx.tolist())
+            t0 = time.perf_counter()
+            for group in optimizer.param_groups:  # cosine decay
+                group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
+                                                    total_steps)
+            optimizer.zero_grad()
+            if rank == 0:  # the first stage takes the inputs
+                schedule.step(torch.from_numpy(X_train[idx]).to(device))
+            else:  # the last stage, the labels
+                micro = []
+                schedule.step(target=torch.from_numpy(y_train[idx]).to(
+                    device), losses=micro)
+                losses.append(sum(float(l.detach()) for l in micro) / m)
+            optimizer.step()
+            seconds += time.perf_counter() - t0
+            if step == 1:
+                whole = gather_stages(mine)
+                if rank == 0:
+                    np.savez(os.path.join(args.out, 'params_step1.npz'),
+                             **whole)
+        if rank == world - 1:
+            print(_('epoch {epoch}: loss {loss:.3f} (last stage), '
+                    '{seconds:.1f} sec').format(
+                epoch=epoch + 1, loss=losses[-1],
+                seconds=time.perf_counter() - start), flush=True)
+    total = time.perf_counter() - start
+    mine_times = {'rank': rank, 'local_rank': int(os.environ['LOCAL_RANK']),
+                  'world_size': world, 'host': socket.gethostname(),
+                  'backend': backend, 'device': str(device), 'steps': step,
+                  'examples': step * B, 'seconds_compute': seconds,
+                  'seconds_communication': 0.0, 'seconds_total': total,
+                  'first_shard_of_epoch': first_batches}
+    everyone = [None] * world
+    dist.all_gather_object(everyone, (mine_times, losses))
+    whole = gather_stages(mine)
+    if rank == 0:
+        net = nn.Sequential(*pipeline_stages(args.seed))
+        with torch.no_grad():
+            for name, p in net.named_parameters():  # '0.params.1'
+                s, _kind, i = name.split('.')
+                p.copy_(torch.from_numpy(whole[f'{s}.{i}']))
+        acc = evaluate(net.to(device), X_test, y_test, device)
+        mine_times['test_acc'] = acc
+        result = {'framework': 'torch', 'world_size': world,
+                  'backend': backend, 'epochs': args.epochs,
+                  'batch_size': B, 'lr': args.lr, 'seed': args.seed,
+                  'num_train': len(y_train), 'num_test': len(y_test),
+                  'data': source, 'steps': step, 'examples': step * B,
+                  'test_acc': acc, 'model': 'pipeline MLP',
+                  'microbatches': m, 'losses': everyone[-1][1],
+                  'seconds_total': max(p['seconds_total'] for p, _l in
+                                       everyone),
+                  'processes': [p for p, _l in everyone]}
+        write_json(os.path.join(args.out, 'result.json'), result)
+        print(_('test acc {test_acc:.3f} with {world} processes '
+                '({backend}), {seconds:.1f} sec').format(
+            test_acc=acc, world=world, backend=backend, seconds=total),
+            flush=True)
+    write_json(os.path.join(args.out, f'rank{rank}.json'), mine_times)
+    dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------
+# Checkpoints and restarts (--checkpoint, --fail-at-step)
+# --------------------------------------------------------------------------
+CHECKPOINT = 'checkpoint.pt'
+
+
+def save_checkpoint(path, state):
+    # Write state to path so that path always holds a whole checkpoint:
+    # the former one or the new one, never half of it
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    # A temporary file in the same folder: os.replace then only renames
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.checkpoint-',
+                               suffix='.tmp')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # on the disk before it takes the name
+        os.replace(tmp, path)  # atomic: a reader sees the old or the new
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def resume(args, model, optimizer, precision, order):
+    """Load the checkpoint of ``--checkpoint`` into `model` (DDP),
+    `optimizer` and `precision`; return (epochs done, steps done), (0, 0)
+    when there is none. Rank 0 reads the file and sends it to the others,
+    which may run on machines that do not have it."""
+    if not args.checkpoint:
+        return 0, 0
+    path = os.path.join(args.checkpoint, CHECKPOINT)
+    state = [None]
+    if dist.get_rank() == 0 and os.path.exists(path):
+        state[0] = torch.load(path, map_location='cpu', weights_only=True)
+    dist.broadcast_object_list(state)  # rank 0's checkpoint, or None
+    state = state[0]
+    if state is None:
+        return 0, 0
+    # The order of epoch e is drawn from (seed, e): the same seed, data
+    # and global batch give the same order as before the failure
+    if state['data_order'] != order:
+        raise ValueError(error_message(
+            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
+            'remove it, or pass the same --seed, --num-train and '
+            '--batch-size.', path=path, saved=state['data_order'],
+            now=order))
+    model.module.load_state_dict(state['model'])
+    optimizer.load_state_dict(state['optimizer'])
+    precision.load_state_dict(state['precision'])
+    if dist.get_rank() == 0:
+        print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
+                'done').format(path=path, epochs=state['epoch'],
+                               steps=state['step']), flush=True)
+    return state['epoch'], state['step']
+
+
+def fresh_store(rank, world):
+    """The key-value store that torchrun's rendezvous set up, with the
+    keys of this attempt under a prefix of their own: after a restart,
+    the store may still hold the addresses of the processes that were
+    stopped, and a process would try to connect to those."""
+    store, _rank, _world = next(dist.rendezvous('env://', rank, world))
+    return dist.PrefixStore(f'attempt{restarts()}/', store)
+
+
+def restarts():
+    """How many times torchrun has restarted the processes of this run."""
+    return int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
+
+
+# --------------------------------------------------------------------------
+# Mixed precision (--amp)
+# --------------------------------------------------------------------------
+class Precision:
+    """How the training loop computes: in float32, or with ``amp`` in
+    mixed precision: the forward pass in bfloat16 on a CPU, in float16 on
+    a GPU, where a ``GradScaler`` multiplies the loss before the backward
+    pass (small float16 gradients would round to zero) and divides the
+    gradients before the update. The parameters stay in float32."""
+
+    def __init__(self, amp, cuda):
+        self.device_type = 'cuda' if cuda else 'cpu'
+        self.dtype = None
+        if amp:
+            self.dtype = torch.float16 if cuda else torch.bfloat16
+        self.scaler = torch.amp.GradScaler('cuda') if amp and cuda else None
+        self.name = str(self.dtype).replace('torch.', '') if amp else None
+        self.seen = None  # the dtype of the first output
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def watch(self, output):
+        if self.seen is None:
+            self.seen = str(output.dtype).replace('torch.', '')
+        return output
+
+    def backward(self, loss):
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def step(self, optimizer):
+        if self.scaler is None:
+            optimizer.step()
+        else:  # skips the step if a gradient overflowed, then adapts
+            self.scaler.step(optimizer)
+            self.scaler.update()
+
+    def state_dict(self):
+        return {} if self.scaler is None else self.scaler.state_dict()
+
+    def load_state_dict(self, state):
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
 
 
 class Sharded(nn.Module):
@@ -297,14 +637,92 @@ class Sharded(nn.Module):
         return self.module(X)
 
 
-def evaluate(net, X, y, device, batch_size=1024):
+def count_correct(net, X, y, device, batch_size=1024):
+    """How many examples of (X, y) `net` classifies correctly."""
     correct = 0
     with torch.no_grad():
         for i in range(0, len(y), batch_size):
             X_b = torch.from_numpy(X[i:i + batch_size]).to(device)
             y_b = torch.from_numpy(y[i:i + batch_size]).to(device)
             correct += int((net(X_b).argmax(dim=1) == y_b).sum())
-    return correct / len(y)
+    return correct
+
+
+def evaluate(net, X, y, device, batch_size=1024):
+    """The accuracy on the whole of (X, y), in this process alone."""
+    return count_correct(net, X, y, device, batch_size) / len(y)
+
+
+# --------------------------------------------------------------------------
+# Practices of real jobs: sharding with a sampler, accumulating gradients,
+# evaluating in every process
+# --------------------------------------------------------------------------
+def sharded_loader(dataset, batch_size, rank, world, seed=0, num_workers=0,
+                   pin_memory=None):
+    """(sampler, loader): process `rank` of `world`'s part of `dataset`.
+
+    The `DistributedSampler` shuffles the indices with the seed
+    ``seed + epoch`` (the same in every process) and gives this process
+    every `world`-th of them, from `rank` on; call
+    ``sampler.set_epoch(epoch)`` before each epoch, or every epoch repeats
+    the order of the first. `num_workers` processes load the batches
+    while this one trains. Pinned (page-locked) memory lets a batch be
+    copied to a GPU asynchronously; it is the default only with a GPU,
+    since without one it costs a copy and locked memory for nothing."""
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank,
+                                 shuffle=True, seed=seed, drop_last=True)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler,
+                        num_workers=num_workers, pin_memory=pin_memory)
+    return sampler, loader
+
+
+def first_indices(num_examples, world, epochs, set_epoch, count=6, seed=0):
+    """{rank: [the first `count` indices of each epoch]} that the
+    `DistributedSampler` of each of `world` processes gives, with or
+    without ``set_epoch`` before each epoch."""
+    dataset = TensorDataset(torch.arange(num_examples))
+    seen = {}
+    for rank in range(world):
+        sampler = sharded_loader(dataset, 1, rank, world, seed)[0]
+        seen[rank] = []
+        for epoch in range(epochs):
+            if set_epoch:
+                sampler.set_epoch(epoch)
+            seen[rank].append(list(sampler)[:count])
+    return seen
+
+
+def accumulate_gradients(model, loss_fn, X, y, micro_steps, precision):
+    # Backpropagate the mean loss over (X, y) in micro_steps equal
+    # micro-batches, whose gradients add up; return the last loss
+    chunks = list(zip(X.chunk(micro_steps), y.chunk(micro_steps)))
+    for i, (X_m, y_m) in enumerate(chunks):
+        last = i == len(chunks) - 1
+        # Under DDP, no_sync() keeps every backward pass but the last one
+        # from communicating; the last one averages the sums over processes
+        quiet = (model.no_sync() if isinstance(
+            model, DistributedDataParallel) and not last
+            else contextlib.nullcontext())
+        with quiet:
+            with precision.autocast():  # float32 unless --amp
+                loss = loss_fn(precision.watch(model(X_m)), y_m)
+            # Divided by micro_steps: the sum is the mean over the shard
+            precision.backward(loss / micro_steps)
+    return loss
+
+
+def evaluate_shared(net, X, y, device, rank, world, batch_size=1024):
+    # (correct, total) on the whole of (X, y), counted by all processes:
+    # each counts on its share, every world-th example from rank on
+    share = slice(rank, None, world)
+    counts = torch.tensor([count_correct(net, X[share], y[share], device,
+                                         batch_size), len(y[share])],
+                          dtype=torch.int64, device=device)
+    dist.all_reduce(counts)  # the sums, which every process receives
+    correct, total = counts.tolist()
+    return correct, total
 
 
 if __name__ == '__main__':

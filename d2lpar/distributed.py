@@ -41,7 +41,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _MARK = 'D2LPAR_RUN'  # environment variable that marks our processes
 _OUTPUTS = re.compile(r'^(rank\d+\.json|worker\d+\.json|result\.json|'
                       r'params_step1\.npz|torchrun\.log|scheduler\.log|'
-                      r'server\.log|worker-process-\d+\.log)$')
+                      r'server(-\d+)?\.log|server\d+\.json|'
+                      r'worker-process-\d+\.log|failed-at-step-\d+)$')
 
 
 # --------------------------------------------------------------------------
@@ -191,6 +192,8 @@ class DistributedResult(_common.TrainResult):
     processes: list = dataclasses.field(default_factory=list)
     out_dir: str = ''
     summary: dict = dataclasses.field(default_factory=dict)  # result.json
+    # MXNet: what each server held (server<i>.json of kvstore_state)
+    servers: list = dataclasses.field(default_factory=list)
 
     @property
     def num_workers(self):
@@ -212,7 +215,7 @@ class DistributedResult(_common.TrainResult):
             backend=self.backend, devices=devices)
 
 
-def _collect(framework, out_dir, prefix, num_workers):
+def _collect(framework, out_dir, prefix, num_workers, num_servers=0):
     import json
     with open(os.path.join(out_dir, 'result.json')) as f:
         summary = json.load(f)
@@ -220,13 +223,22 @@ def _collect(framework, out_dir, prefix, num_workers):
     for r in range(num_workers):
         with open(os.path.join(out_dir, f'{prefix}{r}.json')) as f:
             processes.append(json.load(f))
+    servers = []
+    for i in range(num_servers):  # none: that server created no state
+        path = os.path.join(out_dir, f'server{i}.json')
+        if os.path.exists(path):
+            with open(path) as f:
+                servers.append(json.load(f))
+        else:
+            servers.append({'server': i, 'keys': {}, 'parameter_bytes': 0,
+                            'optimizer_bytes': 0})
     seconds = max(p['seconds_total'] for p in processes)
     epochs = summary['epochs']
     return DistributedResult(
         summary['test_acc'], seconds / epochs,
         [f'{p["device"]} (rank {p["rank"]})' for p in processes], epochs,
         summary['examples'] // epochs, [summary['test_acc']],
-        framework, summary['backend'], processes, out_dir, summary)
+        framework, summary['backend'], processes, out_dir, summary, servers)
 
 
 def _prepare(out_dir, num_workers, timeout):
@@ -320,7 +332,7 @@ def _torch_failure(log):
 
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,
-                 timeout=300, num_gpus=None, use_gpus=None):
+                 timeout=300, num_gpus=None, use_gpus=None, max_restarts=0):
     """Run ``d2lpar.ddp_train`` in `num_workers` processes under torchrun on
     127.0.0.1 (rendezvous at `port`, default: a free one) and return a
     `DistributedResult`. Raises RuntimeError, with the failing rank and
@@ -328,13 +340,17 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
     no process is left behind either way. The processes train on GPUs
     when there are `num_gpus` >= `num_workers` (default: as many as
     PyTorch sees), else all on the CPU; `use_gpus` False puts them on the
-    CPU in any case (see `_device_options`)."""
+    CPU in any case (see `_device_options`). When a process fails,
+    torchrun stops the others and starts them all again, up to
+    `max_restarts` times (``--max-restarts``), before it gives up."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
     devices = _device_options('torch', num_gpus, num_workers, use_gpus)
+    max_restarts = _check_restarts(max_restarts)
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
            '--nproc-per-node', str(num_workers), '--rdzv-backend', 'c10d',
-           '--rdzv-endpoint', f'{HOST}:{port}', '--max-restarts', '0',
+           '--rdzv-endpoint', f'{HOST}:{port}',
+           '--max-restarts', str(max_restarts),
            '-m', 'd2lpar.ddp_train', '--out', out_dir, *devices,
            *map(str, script_args)]
     with Processes(out_dir) as run:
@@ -391,30 +407,82 @@ ROLES = {'scheduler': N_('scheduler'), 'server': N_('server')}
 
 
 def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
-                   timeout=300, num_gpus=None, use_gpus=None):
+                   timeout=300, num_gpus=None, use_gpus=None, num_servers=1,
+                   bigarray_bound=None, max_restarts=0):
     """Run ``d2lpar.kvstore_train`` with the ``dist_sync`` KVStore on
-    127.0.0.1: a scheduler (at `port`, default: a free one), one server
-    and `num_workers` workers. Returns a `DistributedResult`. Raises
+    127.0.0.1: a scheduler (at `port`, default: a free one),
+    `num_servers` servers and `num_workers` workers (arrays of more than
+    `bigarray_bound` elements are cut into a part per server; default:
+    MXNet's, a million). Returns a `DistributedResult`. Raises
     RuntimeError, naming the failed worker (or scheduler, or server) with
     the end of its log, when a process fails or `timeout` seconds pass,
     after stopping them all: the others would otherwise wait forever.
     The workers train on GPUs when there are `num_gpus` >= `num_workers`
     (default: as many as MXNet sees), else all on the CPU; `use_gpus`
-    False puts them on the CPU in any case (see `_device_options`)."""
+    False puts them on the CPU in any case (see `_device_options`).
+
+    The KVStore cannot take a new worker in the place of one that died.
+    With `max_restarts` > 0, a failed process (not a timeout) stops the
+    whole job, which then starts again, scheduler and server included, on
+    a new port, up to `max_restarts` times: the workers go on from their
+    checkpoint (``--checkpoint``), if they keep one."""
     port = free_port() if port is None else check_port(port)
     out_dir = _prepare(out_dir, num_workers, timeout)
     devices = _device_options('mxnet', num_gpus, num_workers, use_gpus)
+    max_restarts = _check_restarts(max_restarts)
     cmd = [sys.executable, '-m', 'd2lpar.kvstore_train', '--out', out_dir,
            *devices, *map(str, script_args)]
-    dmlc = {'DMLC_PS_ROOT_URI': HOST, 'DMLC_PS_ROOT_PORT': str(port),
-            'DMLC_NUM_SERVER': '1', 'DMLC_NUM_WORKER': str(num_workers),
-            'DMLC_NODE_HOST': HOST}
     deadline = time.monotonic() + timeout
+    for restart in range(max_restarts + 1):
+        try:
+            _run_kvstore(cmd, num_workers, num_servers, bigarray_bound,
+                         out_dir, port, deadline, timeout, restart)
+            break
+        except _Failed as e:
+            if restart == max_restarts:
+                raise RuntimeError(*e.args) from None
+            print(_('{what}: restarting the whole job from its checkpoint '
+                    '({restart} of {max_restarts}).').format(
+                what=e.what, restart=restart + 1,
+                max_restarts=max_restarts), flush=True)
+            port = free_port()  # the old one may not be free again yet
+    return _collect('mxnet', out_dir, 'worker', num_workers, num_servers)
+
+
+class _Failed(RuntimeError):
+    """A process of an MXNet job failed (`what` says which): the job may
+    start again."""
+
+    def __init__(self, message, what):
+        super().__init__(message)
+        self.what = what
+
+
+def _check_restarts(max_restarts):
+    if not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(error_message(
+            'max_restarts must be an int >= 0, got {max_restarts!r}.',
+            max_restarts=max_restarts))
+    return max_restarts
+
+
+def _run_kvstore(cmd, num_workers, num_servers, bigarray_bound, out_dir,
+                 port, deadline, timeout, restart):
+    """One attempt of `launch_kvstore`: start a scheduler, the servers
+    and the workers, wait for the workers, stop the others."""
+    dmlc = {'DMLC_PS_ROOT_URI': HOST, 'DMLC_PS_ROOT_PORT': str(port),
+            'DMLC_NUM_SERVER': str(num_servers),
+            'DMLC_NUM_WORKER': str(num_workers), 'DMLC_NODE_HOST': HOST,
+            'D2LPAR_RESTART_COUNT': str(restart)}
+    if bigarray_bound is not None:
+        dmlc['MXNET_KVSTORE_BIGARRAY_BOUND'] = str(bigarray_bound)
     with Processes(out_dir) as run:
-        helpers = {}
-        for role in ('scheduler', 'server'):
-            helpers[role] = run.start(role, cmd, _env(
-                {**dmlc, 'DMLC_ROLE': role}))
+        helpers = {('scheduler', 'scheduler'): run.start(
+            'scheduler', cmd, _env({**dmlc, 'DMLC_ROLE': 'scheduler'}))}
+        for i in range(num_servers):  # server<i>.json says what i holds
+            name = 'server' if num_servers == 1 else f'server-{i}'
+            helpers['server', name] = run.start(name, cmd, _env(
+                {**dmlc, 'DMLC_ROLE': 'server', 'D2LPAR_SERVER': str(i)}))
         workers = {f'worker-process-{i}': run.start(
             f'worker-process-{i}', cmd,
             _env({**dmlc, 'DMLC_ROLE': 'worker', 'D2LPAR_LOCAL_RANK': str(i),
@@ -427,22 +495,27 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                     who = (Message('worker rank {rank}', rank=rank)
                            if rank is not None else
                            Message('{name} (rank not known yet)', name=name))
-                    raise RuntimeError(error_message(
+                    raise _Failed(error_message(
                         'MXNet training with {n} workers failed: {who} '
                         'exited with code {code}. Stopped all its processes '
                         '(scheduler and server too). End of {log}:',
                         n=num_workers, who=who, code=p.returncode,
-                        log=run.logs[name]) + '\n' + run.tail(name))
-            for role, p in helpers.items():
+                        log=run.logs[name]) + '\n' + run.tail(name),
+                        Message('{who} exited with {status}', who=who,
+                                status=_exit_status(p)))
+            for (role, name), p in helpers.items():
                 if p.poll():  # exited, and not with 0
-                    raise RuntimeError(error_message(
+                    raise _Failed(error_message(
                         'MXNet training with {n} workers failed: the {role} '
                         'exited with {status} before the workers were done. '
                         'Stopped all its processes (the workers would wait '
                         'for it forever); see its log, then run the '
                         'training again. End of {log}:', n=num_workers,
                         role=Message(ROLES[role]), status=_exit_status(p),
-                        log=run.logs[role]) + '\n' + run.tail(role))
+                        log=run.logs[name]) + '\n' + run.tail(name),
+                        Message('the {role} exited with {status}',
+                                role=Message(ROLES[role]),
+                                status=_exit_status(p)))
             if all(p.poll() == 0 for p in workers.values()):
                 break
             if time.monotonic() > deadline:
@@ -461,7 +534,6 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                 p.wait(min(10, max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
-    return _collect('mxnet', out_dir, 'worker', num_workers)
 
 
 # --------------------------------------------------------------------------
@@ -469,7 +541,9 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
 # --------------------------------------------------------------------------
 def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
-          crash_at_step=None, out_dir=None, use_gpus=None, sharded=False):
+          crash_at_step=None, out_dir=None, use_gpus=None, sharded=False,
+          optimizer='sgd', pipelined=False, checkpoint=False,
+          fail_at_step=None, max_restarts=0, amp=False, accumulate=1):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
@@ -479,7 +553,20 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     else the CPU; False, the CPU; True, GPUs (a ValueError when there are
     fewer than `num_workers`). Runs to be compared should use the same
     kind of device: results of GPU kernels differ from the CPU's by more
-    than rounding (TF32 convolutions, other algorithms)."""
+    than rounding (TF32 convolutions, other algorithms). `sharded`:
+    PyTorch shards the model with FSDP; MXNet runs as many servers as
+    workers, each updating its part of the parameters with its part of
+    the optimizer state (arrays of more than 10000 numbers cut among the
+    servers). `optimizer`: 'sgd' or 'adam'. `pipelined` (PyTorch, two
+    processes): the pipeline MLP of lesson 5 in two GPipe stages.
+
+    `checkpoint` True saves a checkpoint after every epoch in
+    OUT_DIR/checkpoint, and resumes from it; `fail_at_step` makes the last
+    process kill itself (SIGKILL) at that step, once; `max_restarts`
+    starts the processes again after a failure (PyTorch: torchrun's
+    ``--max-restarts``; MXNet: the whole job). `amp` True trains in mixed
+    precision (``--amp``). `accumulate`: micro-batches per step, gradients
+    sent once per step."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(error_message(
@@ -490,16 +577,32 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
             'The global batch of {batch_size!s} cannot be cut into {n!s} '
             'equal shards: pass a multiple of {n!s}.',
             batch_size=batch_size, n=num_workers))
-    if sharded and framework != 'torch':
+    if optimizer not in ('sgd', 'adam'):
+        raise ValueError(error_message(
+            "optimizer is 'sgd' or 'adam', got {optimizer!r}.",
+            optimizer=optimizer))
+    if pipelined and framework != 'torch':
         raise NotImplementedError(error_message(
-            'MXNet has no sharded data parallelism like FSDP: see the '
-            'from-scratch ZeRO of lesson 5 (d2l.zero_step).'))
+            'MXNet has no pipeline tool: see the from-scratch GPipe of '
+            'lesson 5 (d2l.gpipe_step).'))
+    if pipelined and (sharded or num_workers != 2):
+        raise ValueError(error_message(
+            'pipelined=True cuts the model into 2 stages: pass num_workers=2 '
+            'and no sharded.'))
     if out_dir is None:
         out_dir = tempfile.mkdtemp(prefix=f'd2lpar-{framework}-'
                                           f'{num_workers}-')
-    args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs]
-    if sharded:
+    args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs,
+            '--optimizer', optimizer]
+    servers = {}
+    if sharded and framework == 'torch':
         args.append('--fsdp')
+    elif sharded:  # a server per worker, each with its part of every array
+        servers = dict(num_servers=num_workers, bigarray_bound=10000)
+    if pipelined:
+        args.append('--pipeline')
+    if accumulate != 1:
+        args += ['--accumulate', accumulate]
     if num_train is not None:
         args += ['--num-train', num_train]
     if num_test is not None:
@@ -507,8 +610,15 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     if crash_at_step is not None:
         args += ['--crash-at-step', crash_at_step,
                  '--crash-rank', num_workers - 1]
+    if checkpoint:
+        args += ['--checkpoint', os.path.join(out_dir, 'checkpoint')]
+    if fail_at_step is not None:
+        args += ['--fail-at-step', fail_at_step]
+    if amp:
+        args.append('--amp')
     result = launch(num_workers, out_dir, args, port=port, timeout=timeout,
-                    use_gpus=use_gpus)
+                    use_gpus=use_gpus, max_restarts=max_restarts,
+                    **servers)
     print(result)
     return result
 

@@ -31,9 +31,15 @@ Each worker takes a contiguous shard of every global batch
 ``dist_sync`` the server adds the gradients that all workers push, applies
 SGD with ``rescale_grad = 1 / global batch`` (``trainer.step(B)``), and
 the workers pull the new weights: the same step as one process taking the
-whole global batch. Every worker starts from the values that
-``lenet_params`` draws after ``mx.random.seed(seed)``; worker 0's values
-initialise the server anyway.
+whole global batch. The optimizer is MXNet's SGD, or Adam with ``--optimizer
+adam``, as subclassed in ``d2lpar.kvstore_state``: each server also
+writes the bytes of the optimizer state that it creates to
+OUT/server<i>.json, and each worker notes those of its own updater, which
+stays empty while the servers update. With several servers (and a small
+MXNET_KVSTORE_BIGARRAY_BOUND), each server keeps only its shard of that
+state: ZeRO-1 on the servers (``distributed.train(..., sharded=True)``).
+Every worker starts from the values that ``lenet_params`` draws after
+``mx.random.seed(seed)``; worker 0's values initialise the server anyway.
 
 Timing, per worker and step (MXNet is asynchronous: the clock stops after
 waiting for the results). *Compute*: forward and backward. *Communication*:
@@ -42,7 +48,34 @@ pulling the weights; step 1 includes the KVStore's setup (worker 0 pushes
 the initial weights). *Total*: the training loop. Writes
 OUT/worker{rank}.json per worker and, on worker 0, OUT/params_step1.npz
 and OUT/result.json with the test accuracy.
+
+With ``--checkpoint DIR`` worker 0 saves the parameters and the number
+of epochs and steps done after every epoch (`save_checkpoint`), and a run
+that finds a checkpoint there goes on after its last epoch (`resume`).
+The dist KVStore cannot replace a worker that died: the server would wait
+for its gradients forever. So ``launch_kvstore(..., max_restarts=1)``
+stops the whole job when a process fails and starts a new scheduler,
+server and workers, which resume from the checkpoint. The optimizer runs
+on the server, and ``trainer.save_states`` refuses to save its state in
+distributed training; our SGD has none besides the count of updates,
+which the learning-rate schedule reads, so the checkpoint keeps that
+count and the new optimizer starts from it (``begin_num_update``).
+``--fail-at-step N`` makes the last worker kill itself with SIGKILL at
+step N, the first time only. ``--amp`` asks MXNet's automatic mixed
+precision (``mx.contrib.amp``) for bfloat16, and stops with an error
+when it leaves the network in float32 (MXNet 1.9 casts only the
+operators of ``mx.nd`` and ``mx.sym``, not those of the NumPy interface
+used here).
+
+With ``--accumulate N`` each worker cuts its shard into N micro-batches
+whose gradients add up (``grad_req='add'``) and pushes once per step;
+``count_pushes`` counts the pushes. At the end every worker counts the
+correct answers on its share of the test set and the servers add up the
+counts (``evaluate_shared``); worker 0 also evaluates alone, for
+comparison. ``worker_shard`` and ``sharded_loader`` shard data per
+worker, in a new order every epoch.
 """
+import json
 import os
 import socket
 import sys
@@ -55,7 +88,7 @@ import mxnet as mx  # a scheduler or server serves in here, then exits
 from mxnet import autograd, gluon, np, npx
 from mxnet.gluon import nn
 
-from d2lpar import _common
+from d2lpar import _common, kvstore_state
 from d2lpar._common import write_json
 from d2lpar.i18n import _, error_message
 
@@ -95,9 +128,18 @@ def named_params(net):
 
 def parse_args(argv=None):
     p = _common.training_arguments(__doc__.split('\n\n')[0], 'workers')
+    p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd',
+                   help=_('adam keeps two numbers of state per parameter'))
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
+    _common.checkpoint_arguments(p)
+    p.add_argument('--amp', action='store_true',
+                   help=_('mixed precision with bfloat16 (mx.contrib.amp), '
+                          'if MXNet applies it to this network'))
+    p.add_argument('--accumulate', type=int, default=1,
+                   help=_('micro-batches per step: gradients are added up '
+                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -119,6 +161,10 @@ def main(argv=None):
             '--batch-size {B} cannot be cut into {world} equal shards: pass '
             'a multiple of {world}.', B=B, world=world))
     b = B // world  # this worker's shard of every global batch
+    if args.accumulate < 1 or b % args.accumulate:
+        raise ValueError(error_message(
+            'A shard of {b} examples cannot be cut into {n} equal '
+            'micro-batches (--accumulate).', b=b, n=args.accumulate))
     local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
     local_workers = int(os.environ.get('D2LPAR_LOCAL_WORKERS', world))
     gpu, notice = _common.choose_gpu(
@@ -135,6 +181,10 @@ def main(argv=None):
             n=len(y_train), B=B))
     net = lenet(args.seed, ctx)
     net.hybridize()
+    amp_dtype = check_amp(net, ctx) if args.amp else None
+    order = {'seed': args.seed, 'num_train': len(y_train), 'batch_size': B}
+    # Go on after the last epoch of a checkpoint, if there is one
+    done, step = resume(args, net, ctx, order, rank)
     # The optimizer runs on the server, so the learning rate follows a
     # schedule given to it: the cosine decay of ddp_train. MXNet counts
     # updates from 1; one warm-up step at args.lr shifts the cosine by one
@@ -142,18 +192,26 @@ def main(argv=None):
     total_steps = len(y_train) // B * args.epochs
     schedule = mx.lr_scheduler.CosineScheduler(
         total_steps + 1, args.lr, warmup_steps=1, warmup_begin_lr=args.lr)
-    trainer = gluon.Trainer(net.collect_params(), 'sgd',
-                            {'learning_rate': args.lr,
-                             'lr_scheduler': schedule}, kvstore=kv)
+    kind = kvstore_state.Adam if args.optimizer == 'adam' else \
+        kvstore_state.SGD  # MXNet's, counting what the servers hold
+    optimizer = kind(learning_rate=args.lr, lr_scheduler=schedule,
+                     # after a restart: the updates done
+                     begin_num_update=step)
+    optimizer.out_dir = os.path.abspath(args.out)
+    trainer = gluon.Trainer(net.collect_params(), optimizer, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
-    step, compute, communication = 0, 0.0, 0.0
-    first_shards = []  # this worker's first shard of each epoch
+    pushes = count_pushes(kv)  # pushes[0]: gradients sent so far
+    if args.accumulate > 1:  # backward adds to the gradients
+        for param in net.collect_params().values():
+            param.grad_req = 'add'
+    compute, communication = 0.0, 0.0
+    first_shards = [None] * done  # this worker's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     if args.kvstore.startswith('dist'):
         kv._barrier()  # start the clocks together (MXNet 1.x name)
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(done, args.epochs):
         for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
                                                  world, epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
@@ -161,14 +219,16 @@ def main(argv=None):
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
             t0 = time.perf_counter()
-            with autograd.record():
-                loss = loss_fn(net(X), y)
-            loss.backward()  # the gradient of the sum over the shard
+            # The gradient of the sum over the shard, micro-batch by
+            # micro-batch when accumulating (nothing is sent meanwhile)
+            loss = accumulate_gradients(net, loss_fn, X, y, args.accumulate)
             npx.waitall()
             t1 = time.perf_counter()
             # Push the gradients; the server sums the pushes of all workers
             # and updates with rescale_grad = 1 / B; pull the new weights.
             trainer.step(B)
+            if args.accumulate > 1:  # grad_req='add': start from zero
+                net.collect_params().zero_grad()
             npx.waitall()
             compute += t1 - t0
             communication += time.perf_counter() - t1
@@ -180,21 +240,44 @@ def main(argv=None):
                     '{seconds:.1f} sec').format(
                 epoch=epoch + 1, loss=float(loss.mean()),
                 seconds=time.perf_counter() - start), flush=True)
+            if args.checkpoint:  # after every epoch
+                save_checkpoint(args.checkpoint, net, {
+                    'epoch': epoch + 1, 'step': step, 'data_order': order})
     total = time.perf_counter() - start
 
     mine = {'rank': rank, 'world_size': world, 'host': socket.gethostname(),
             'backend': args.kvstore, 'device': str(ctx), 'steps': step,
             'examples': step * b, 'seconds_compute': compute,
             'seconds_communication': communication, 'seconds_total': total,
-            'first_shard_of_epoch': first_shards}
+            'first_shard_of_epoch': first_shards,
+            # What this worker holds: with the optimizer on the servers,
+            # its own updater never creates a state
+            'parameter_bytes': sum(kvstore_state.state_bytes(p.data())
+                                   for p in net.collect_params().values()),
+            'optimizer_bytes': sum(kvstore_state.state_bytes(s)
+                                   for u in trainer._updaters
+                                   for s in u.states.values()),
+            'accumulate': args.accumulate, 'pushes': pushes[0]}
+    if args.kvstore.startswith('dist'):  # each worker counts on its share
+        correct, counted = evaluate_shared(net, X_test, y_test, ctx, kv)
+        shared_acc = correct / counted
     if rank == 0:
-        mine['test_acc'] = evaluate(net, X_test, y_test, ctx)
+        mine['test_acc_rank0_alone'] = evaluate(net, X_test, y_test, ctx)
+        mine['test_acc'] = (shared_acc if args.kvstore.startswith('dist')
+                            else mine['test_acc_rank0_alone'])
+        if args.kvstore.startswith('dist'):
+            mine['test_counted'] = counted
         result = {'framework': 'mxnet', 'world_size': world,
                   'backend': args.kvstore, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
                   'num_train': len(y_train), 'num_test': len(y_test),
                   'data': source, 'steps': step, 'examples': step * B,
                   'test_acc': mine['test_acc'], 'seconds_total': total,
+                  'restarts': int(os.environ.get('D2LPAR_RESTART_COUNT', 0)),
+                  'resumed_after_epoch': done, 'amp': amp_dtype,
+                  'test_acc_rank0_alone': mine['test_acc_rank0_alone'],
+                  'test_counted': mine.get('test_counted'),
+                  'accumulate': args.accumulate,
                   'processes': [mine]}  # the others: OUT/worker{r}.json
         write_json(os.path.join(args.out, 'result.json'), result)
         print(_('test acc {test_acc:.3f} with {world} workers '
@@ -204,13 +287,172 @@ def main(argv=None):
     write_json(os.path.join(args.out, f'worker{rank}.json'), mine)
 
 
-def evaluate(net, X, y, ctx, batch_size=1024):
+# --------------------------------------------------------------------------
+# Checkpoints and restarts (--checkpoint, --fail-at-step)
+# --------------------------------------------------------------------------
+CHECKPOINT = 'checkpoint.json'
+
+
+def save_checkpoint(folder, net, state):
+    # The parameters go to folder/epochN.params, then state (epochs and
+    # steps done) to folder/checkpoint.json, which names that file. Each
+    # is written to a temporary file, then renamed: the JSON file, renamed
+    # last, only ever names a whole file of parameters
+    os.makedirs(folder, exist_ok=True)
+    name = f'epoch{state["epoch"]}.params'
+    tmp = os.path.join(folder, f'.{name}.tmp')
+    net.save_parameters(tmp)
+    os.replace(tmp, os.path.join(folder, name))
+    write_json(os.path.join(folder, CHECKPOINT), {**state, 'params': name})
+    for old in os.listdir(folder):  # the former epochs' parameters
+        if old.endswith('.params') and old != name:
+            os.remove(os.path.join(folder, old))
+
+
+def resume(args, net, ctx, order, rank):
+    """Load the checkpoint of ``--checkpoint`` into `net`; return (epochs
+    done, steps done), (0, 0) when there is none. Every worker reads it
+    (on several machines, from a folder they share): worker 0's values
+    initialise the server, and all must know where to go on."""
+    if not args.checkpoint:
+        return 0, 0
+    path = os.path.join(args.checkpoint, CHECKPOINT)
+    if not os.path.exists(path):
+        return 0, 0
+    with open(path) as f:
+        state = json.load(f)
+    if state['data_order'] != order:
+        raise ValueError(error_message(
+            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
+            'remove it, or pass the same --seed, --num-train and '
+            '--batch-size.', path=path, saved=state['data_order'],
+            now=order))
+    net.load_parameters(os.path.join(args.checkpoint, state['params']),
+                        ctx=ctx)
+    if rank == 0:
+        print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
+                'done').format(path=path, epochs=state['epoch'],
+                               steps=state['step']), flush=True)
+    return state['epoch'], state['step']
+
+
+# --------------------------------------------------------------------------
+# Mixed precision (--amp)
+# --------------------------------------------------------------------------
+def check_amp(net, ctx):
+    """Turn on MXNet's AMP with bfloat16 and return the type in which the
+    first convolution then computes; a RuntimeError if that is still
+    float32, as with MXNet 1.9 and the NumPy interface (``npx.set_np``)."""
+    from mxnet.contrib import amp
+    amp.init(target_dtype='bfloat16')
+    dtype = net[0](np.zeros((1, 1, 28, 28), ctx=ctx)).dtype
+    if dtype == onp.float32:
+        raise RuntimeError(error_message(
+            'mx.contrib.amp.init(target_dtype="bfloat16") left the '
+            'convolutions of this network in float32: MXNet {version} casts '
+            'only the operators of mx.nd and mx.sym, not those of the NumPy '
+            'interface (npx.set_np) that this script uses.',
+            version=mx.__version__))
+    return str(dtype)
+
+
+def count_correct(net, X, y, ctx, batch_size=1024):
+    """How many examples of (X, y) `net` classifies correctly."""
     correct = 0
     for i in range(0, len(y), batch_size):
         y_hat = net(np.array(X[i:i + batch_size], ctx=ctx))
         correct += int((y_hat.argmax(axis=1).asnumpy() ==
                         y[i:i + batch_size]).sum())
-    return correct / len(y)
+    return correct
+
+
+def evaluate(net, X, y, ctx, batch_size=1024):
+    """The accuracy on the whole of (X, y), in this worker alone."""
+    return count_correct(net, X, y, ctx, batch_size) / len(y)
+
+
+# --------------------------------------------------------------------------
+# Practices of real jobs: sharding per worker, accumulating gradients,
+# evaluating in every worker
+# --------------------------------------------------------------------------
+def worker_shard(num_examples, rank, num_workers, epoch, seed=0):
+    """The examples that worker `rank` of `num_workers` takes in `epoch`:
+    every `num_workers`-th index, from `rank` on, of an order drawn from
+    ``(seed, epoch)``. The seed is the same on every worker, so that the
+    shards do not overlap; the epoch changes the order every epoch."""
+    order = onp.random.default_rng((seed, epoch)).permutation(num_examples)
+    return order[rank::num_workers]
+
+
+def sharded_loader(X, y, batch_size, rank, num_workers, epoch, seed=0,
+                   loading_workers=0):
+    """A Gluon `DataLoader` over this worker's shard of (X, y) in `epoch`
+    (make a new one every epoch); `loading_workers` processes prepare
+    the batches while this one trains."""
+    shard = worker_shard(len(y), rank, num_workers, epoch, seed).tolist()
+    return gluon.data.DataLoader(gluon.data.ArrayDataset(X, y), batch_size,
+                                 sampler=shard, last_batch='discard',
+                                 num_workers=loading_workers)
+
+
+def first_indices(num_examples, num_workers, epochs, new_order, count=6,
+                  seed=0):
+    """{rank: [the first `count` indices of each epoch]} of each worker's
+    shard, when the epoch changes the order (`new_order`) or not."""
+    return {rank: [worker_shard(num_examples, rank, num_workers,
+                                epoch if new_order else 0, seed)[:count]
+                   .tolist() for epoch in range(epochs)]
+            for rank in range(num_workers)}
+
+
+def accumulate_gradients(net, loss_fn, X, y, micro_steps):
+    # Backpropagate the summed loss over (X, y) in micro_steps equal
+    # micro-batches; with grad_req='add' their gradients add up, and
+    # nothing goes to the KVStore until trainer.step. Returns the losses
+    # of the last micro-batch
+    size = len(y) // micro_steps
+    for i in range(micro_steps):
+        part = slice(i * size, (i + 1) * size)
+        with autograd.record():
+            loss = loss_fn(net(X[part]), y[part])
+        loss.backward()
+    return loss
+
+
+def count_pushes(kv):
+    """Count the gradients this worker sends to the servers: wrap the
+    KVStore's ``pushpull`` (``trainer.step`` calls it once per
+    parameter). Returns a list whose item 0 is the count so far."""
+    count, pushpull = [0], kv.pushpull
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return pushpull(*args, **kwargs)
+    kv.pushpull = counted
+    return count
+
+
+EVAL_KEY = 999  # a KVStore key that no parameter uses
+
+
+def evaluate_shared(net, X, y, ctx, kv, batch_size=1024):
+    # (correct, total) on the whole of (X, y), counted by all workers:
+    # each counts on its share, every k-th example from its rank on.
+    # The servers apply their optimizer to all that is pushed; training
+    # is over, so worker 0 gives them one that adds each push to the
+    # stored value: SGD with learning rate -1, w - (-1) g = w + g
+    if kv.rank == 0:
+        kv.set_optimizer(mx.optimizer.SGD(learning_rate=-1.0))
+    kv.init(EVAL_KEY, np.zeros(2, ctx=mx.cpu()))  # waits for all workers
+    share = slice(kv.rank, None, kv.num_workers)
+    counts = np.array([count_correct(net, X[share], y[share], ctx,
+                                     batch_size), len(y[share])],
+                      dtype='float32', ctx=mx.cpu())
+    kv.push(EVAL_KEY, counts)  # the servers add up the pushes
+    total = np.zeros(2, ctx=mx.cpu())
+    kv.pull(EVAL_KEY, out=total)  # once every worker has pushed
+    correct, size = total.asnumpy().tolist()
+    return int(correct), int(size)
 
 
 if __name__ == '__main__':

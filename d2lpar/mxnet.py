@@ -29,7 +29,6 @@ from d2lpar._mxnet.models import (  # noqa: E402,F401
     MLP_SHAPES, adam, gpipe_step, held_bytes, lenet_params, loss, mlp,
     mlp_params, pipeline_params, stage_forward)
 from d2lpar._mxnet.timeline import Timeline  # noqa: E402
-from d2lpar.i18n import error_message  # noqa: E402
 
 npx.set_np()
 
@@ -117,6 +116,51 @@ def ring_allreduce(data):
     check_allreduce(data)
     _common.ring_allreduce_with(data, _flat, _copy_like,
                                 copy_into=_copy_into)
+
+
+# The sum of each chunk, one buffer per (device, dtype, chunk), kept from
+# call to call: a fresh 16 MB buffer comes from the kernel and is faulted
+# in page by page (MXNet's CPU memory has no pool).
+_chunk_sums = {}
+
+
+def _chunk_sum(device, dtype, c, n):
+    key = (str(device), str(dtype), c)
+    if key not in _chunk_sums or _chunk_sums[key].shape[0] < n:
+        _chunk_sums[key] = mx.nd.empty((n,), ctx=device, dtype=dtype)
+    return _chunk_sums[key][:n]
+
+
+def direct_allreduce(data):
+    """Like `allreduce`, but every device adds up a chunk of its own: it
+    reads chunk i of every array straight from its device (a
+    reduce-scatter), then sends its sum straight to every device (an
+    all-gather). Each device sends 2(k-1)/k of the data, as in the ring.
+
+    MXNet's engine orders operators by the arrays they read and write, not
+    by the slices: two chunks of one array count as the same array. In the
+    ring, stand-in i+1 reads the array that stand-in i is writing, so its
+    steps ran one after the other (one core busy of two). Here the chunk
+    sums go into buffers of their own, so the k sums only read the arrays
+    and run at once, and so do the k all-gathers, which each write the
+    array of one device."""
+    check_allreduce(data)
+    k = len(data)
+    if k == 1:
+        return
+    flats = [_flat(x).as_nd_ndarray() for x in data]
+    b = _common.chunk_bounds(flats[0].shape[0], k)
+    chunks = [c for c in range(k) if b[c] < b[c + 1]]  # n < k: some empty
+    sums = {}
+    for c in chunks:  # device c's own piece first: an MXNet operator runs
+        # on the engine thread of its first input's device
+        parts = [_copy_like(flats[(c + i) % k][b[c]:b[c + 1]], flats[c])
+                 for i in range(k)]
+        sums[c] = _chunk_sum(data[c].ctx, data[c].dtype, c, b[c + 1] - b[c])
+        mx.nd.add_n(*parts, out=sums[c])
+    for c in chunks:
+        for i in range(k):
+            _copy_into(sums[c], flats[(c + i) % k][b[c]:b[c + 1]])
 
 
 def check_finite(params, epoch, lr):

@@ -98,6 +98,26 @@ def ring_allreduce(data):
         _common.ring_allreduce_with(data, _flat, _copy_like)
 
 
+def direct_allreduce(data):
+    """Like `allreduce`, but every device adds up a chunk of its own: it
+    reads chunk i of every array straight from its device (a
+    reduce-scatter), then sends its sum straight to every device (an
+    all-gather). Each device sends 2(k-1)/k of the data, as in the ring."""
+    check_allreduce(data)
+    k = len(data)
+    with torch.no_grad():
+        flats = [_flat(x) for x in data]
+        b = _common.chunk_bounds(flats[0].shape[0], k)
+        for c in range(k):
+            own = flats[c][b[c]:b[c + 1]]  # a view: added in place
+            for i in range(1, k):
+                own += _copy_like(flats[(c + i) % k][b[c]:b[c + 1]], own)
+        for c in range(k):
+            for i in range(1, k):
+                flats[(c + i) % k][b[c]:b[c + 1]].copy_(
+                    flats[c][b[c]:b[c + 1]])
+
+
 def check_finite(params, epoch, lr):
     """Raise an error that names the epoch when `params` hold NaN or
     infinite values (training diverged), or when `lr` is not a finite

@@ -21,8 +21,8 @@ machine, so the tables can be compared between machines, not the seconds.
 
 Sections:
 
-1. Allreduce: ``d2l.allreduce`` and ``d2l.ring_allreduce`` of both backends
-   (``d2l.measure_allreduce`` on ``d2l.try_devices(k)``) and
+1. Allreduce: ``d2l.allreduce``, ``d2l.ring_allreduce`` and
+   ``d2l.direct_allreduce`` of both backends (``d2l.measure_allreduce`` on ``d2l.try_devices(k)``) and
    ``torch.distributed.all_reduce`` over gloo (k processes on 127.0.0.1),
    as a fraction of the one-host limit 2kN / memory-copy bandwidth on CPU
    stand-ins (on GPUs: the ring of the cost model on the link between them).
@@ -264,7 +264,8 @@ def worker_allreduce(spec):
     for k in spec['counts']:
         for nbytes in spec['sizes']:
             rows += d2l.measure_allreduce(
-                [d2l.allreduce, d2l.ring_allreduce], [nbytes // 4], [k],
+                [d2l.allreduce, d2l.ring_allreduce, d2l.direct_allreduce],
+                [nbytes // 4], [k],
                 repeat_for(nbytes, spec['repeat']))
     bw_end = best_copy_bandwidth(d2l)
     # On GPUs the limit is the link between them, not memory: the ring of
@@ -841,8 +842,10 @@ def fmt_ratio(x, digits=2):
 ALGORITHMS = [  # (label, source, name in the rows, cost model)
     ('d2lpar.torch allreduce', 'torch', 'allreduce', 'naive'),
     ('d2lpar.torch ring_allreduce', 'torch', 'ring_allreduce', 'ring'),
+    ('d2lpar.torch direct_allreduce', 'torch', 'direct_allreduce', 'direct'),
     ('d2lpar.mxnet allreduce', 'mxnet', 'allreduce', 'naive'),
     ('d2lpar.mxnet ring_allreduce', 'mxnet', 'ring_allreduce', 'ring'),
+    ('d2lpar.mxnet direct_allreduce', 'mxnet', 'direct_allreduce', 'direct'),
     ('torch.distributed gloo all_reduce', 'gloo', 'all_reduce', 'gloo'),
 ]
 
@@ -966,7 +969,11 @@ def report_allreduce(res):
                'memory. MXNet\'s copies run at its own copy bandwidth (above);'
                ' its allreduce copies between contexts into fresh arrays, its '
                'ring reads the other stand-ins\' chunks in place (one memory) '
-               'and copies only in the all-gather.')
+               'and copies only in the all-gather, but its steps run one '
+               'after the other (MXNet orders operators by whole arrays, and '
+               'each step writes an array the next one reads); '
+               'direct_allreduce sums each chunk into a buffer of its own, so '
+               'the stand-ins add and copy at the same time.')
     for backend, error in res['errors'].items():
         out.append(f'\n**{backend}: no data** ({error})')
     headers = ['algorithm', 'N', 'time (ms)', 'algbw (GB/s)',
@@ -983,6 +990,8 @@ def report_allreduce(res):
                     link += ' (device 0)'
                 elif r['model'] == 'gloo':
                     link += ' (ring-like)'
+                elif r['model'] == 'direct':
+                    link += ' per device'
                 else:
                     link += ' per link'
                 rows.append([
@@ -996,7 +1005,9 @@ def report_allreduce(res):
     out += ['', 'Cost model: naive moves 2(k-1)N in all, all of it through '
             'device 0; the ring moves 2(k-1)N too, but only 2(k-1)N/k on '
             'each link; gloo is ring-like. On one host the ring moves as '
-            'many bytes as the naive version, so it cannot win here; across '
+            'many bytes as the naive version, so it cannot win here; direct '
+            'moves 2(k-1)N too, 2(k-1)N/k from each device (every device '
+            'sums a chunk, then sends it to every other one); across '
             'devices with their own links, the naive version pushes 2(k-1)N '
             'through one device while the ring puts 2(k-1)/k·N on each '
             'link.']

@@ -8,6 +8,7 @@ from d2lpar import _common
 from d2lpar import standins as _standins
 from d2lpar._common import check_devices
 from d2lpar._mxnet import STAND_IN_THREADS
+from d2lpar._mxnet.engine import _CopyEngine
 
 
 def cpu():
@@ -56,12 +57,18 @@ def launch(device, fn, *args, queue='compute'):
     the CPU too, and runs each context's operators on threads of its own:
     so `fn` is simply called now, inside `device`'s context, and the
     Future is done at once (its arrays may still be computing). On a GPU
-    the engine copies on streams of its own. Between CPU contexts it copies
-    on the thread of the source context, behind that context's work, so
-    on CPU stand-ins the 'copy' queue cannot overlap the 'compute' one.
-    `synchronize` waits for all of it."""
+    the engine copies on streams of its own. Between CPU contexts it would
+    copy on the thread of the source context, behind that context's work;
+    so on the 'copy' queue of a CPU stand-in, every ``x.copyto(y)`` that
+    `fn` calls between two CPU arrays of one shape and dtype goes to the
+    engine's threads for prioritised CPU work instead (the copy engine of
+    the stand-in), still after the operators that write `x` and before
+    those that use `y`. `synchronize` waits for all of it."""
     _standins.check_queue(queue)
     with device:
+        if queue == 'copy' and device.device_type == 'cpu':
+            with _CopyEngine():
+                return _standins.done(fn(*_standins.resolve(args)))
         return _standins.done(fn(*_standins.resolve(args)))
 
 

@@ -1,10 +1,9 @@
 """`Timeline` for MXNet: what runs where, from ``mx.profiler`` when the
-build has it, else from one watcher thread per device."""
+build has it, else from notes that MXNet's engine takes
+(d2lpar/_mxnet/engine.py)."""
 import json
 import os
-import queue
 import tempfile
-import threading
 import time
 
 import mxnet as mx
@@ -12,6 +11,7 @@ from mxnet import npx
 
 from d2lpar import _common
 from d2lpar import standins as _standins
+from d2lpar._mxnet.engine import _Engine
 from d2lpar.i18n import N_
 
 
@@ -24,12 +24,15 @@ class Timeline(_common.Timeline):
 
     With an MXNet build that has its profiler, ``mx.profiler`` records
     every operator. The pip wheel has it compiled out
-    (``mx.runtime.Features()``); then one watcher thread per device waits,
-    in order, for each result passed to ``watch(arrays, label, kind)`` and
-    notes when it became ready. A bar ends at that moment and starts when
-    the previous result on the same device became ready (or when it was
-    queued, if later). The thread that pushes the work never waits, so
-    MXNet's asynchrony is left intact.
+    (``mx.runtime.Features()``); then ``watch(arrays, label, kind)`` asks
+    the engine to note the time at which each result becomes ready (an
+    operation that only reads it, run on the engine's threads for
+    prioritised CPU work). A bar ends at that moment and starts when the
+    previous result of the same kind on the same device became ready (or
+    when it was queued, if later). Nothing waits while the work is
+    queued, so MXNet's asynchrony is left intact. (``wait_to_read`` would
+    not do: MXNet queues its notice on the thread of ``cpu(0)``, behind
+    the work of that stand-in.)
     """
 
     def __enter__(self):
@@ -44,8 +47,8 @@ class Timeline(_common.Timeline):
                                    filename=self._file)
             mx.profiler.set_state('run')
         else:
-            self.source = N_('a watcher thread per device')
-            self._queues, self._threads = {}, []
+            self.source = N_("notes from MXNet's engine")
+            self._watched, self._ready = [], {}
         return self
 
     def watch(self, arrays, label, kind='compute'):
@@ -53,29 +56,17 @@ class Timeline(_common.Timeline):
             return arrays
         pushed = time.perf_counter() - self._t0
         for a in _standins.flat(_standins.resolve([arrays])):
-            row = str(a.ctx)
-            if row not in self._queues:
-                self._queues[row] = queue.Queue()
-                thread = threading.Thread(target=self._watch_row, args=(
-                    row, self._queues[row]), daemon=True)
-                thread.start()
-                self._threads.append(thread)
-            self._queues[row].put((label, kind, a, pushed))
+            key = len(self._watched)
+            self._watched.append((label, kind, str(a.ctx), pushed))
+            _Engine.push(a, None, self._note, key)
         return arrays
 
-    def _watch_row(self, row, todo):
-        last = 0.0
-        while (item := todo.get()) is not None:
-            label, kind, array, pushed = item
-            array.wait_to_read()
-            end = time.perf_counter() - self._t0
-            self.events.append(_common.Event(label, row, max(pushed, last),
-                                             end, kind))
-            last = end
+    def _note(self, key):
+        self._ready[key] = time.perf_counter() - self._t0
 
     def __exit__(self, *exc_info):
+        npx.waitall()
         if self._profiler:
-            npx.waitall()
             mx.profiler.set_state('stop')
             mx.profiler.dump()
             with open(self._file) as f:
@@ -83,9 +74,12 @@ class Timeline(_common.Timeline):
                                                                _kind)
             os.remove(self._file)
         else:
-            for todo in self._queues.values():
-                todo.put(None)
-            for thread in self._threads:
-                thread.join()
+            last = {}  # (row, kind) -> when its previous result was ready
+            for key, (label, kind, row, pushed) in enumerate(self._watched):
+                start = max(pushed, last.get((row, kind), 0.0))
+                end = max(self._ready[key], start)
+                self.events.append(_common.Event(label, row, start, end,
+                                                 kind))
+                last[row, kind] = end
             self.events.sort(key=lambda e: e.start)
         return False
