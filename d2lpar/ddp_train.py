@@ -59,28 +59,38 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from d2lpar import _common
-from d2lpar._common import write_json
+from d2lpar.data import fashion_mnist_arrays
+from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
+from d2lpar.scripts import shards_of_epoch, training_arguments, write_json
+from d2lpar.training import learning_rate
 
 
-def lenet(seed):
-    """The lessons' LeNet, with the values lenet_params() draws after
-    torch.manual_seed(seed): N(0, 0.1) weights, zero biases."""
+def lenet(params):
+    """The lessons' LeNet (``d2l.lenet``) as an ``nn.Module``, for DDP and
+    FSDP, holding the values of `params`, a list like the one
+    ``d2l.lenet_params()`` returns (fully connected weights as (in, out)).
+    The benchmark (tools/bench) uses it too."""
     net = nn.Sequential(
         nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(2, 2),
         nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(2, 2),
         nn.Flatten(), nn.Linear(800, 128), nn.ReLU(), nn.Linear(128, 10))
-    torch.manual_seed(seed)
     with torch.no_grad():
-        for layer in (net[0], net[3], net[7], net[9]):
-            if isinstance(layer, nn.Linear):  # lenet_params: (in, out)
-                w = torch.randn(layer.in_features, layer.out_features).T
-            else:
-                w = torch.randn(layer.weight.shape)
-            layer.weight.copy_(w * 0.1)
-            layer.bias.zero_()
+        for p, v in zip(net.parameters(), params):
+            p.copy_(v.T if v.ndim == 2 else v)
     return net
+
+
+def initial_params(seed):
+    """The values every process starts from, in the layout of
+    ``d2l.lenet_params()``: N(0, 0.1) weights and zero biases, drawn after
+    torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    params = []
+    for shape in ((20, 1, 3, 3), (50, 20, 5, 5), (800, 128), (128, 10)):
+        outputs = shape[0] if len(shape) == 4 else shape[1]
+        params += [torch.randn(shape) * 0.1, torch.zeros(outputs)]
+    return params
 
 
 class CommTimer:
@@ -158,7 +168,7 @@ def timed_allreduce(timer, bucket):
 
 
 def parse_args(argv=None):
-    p = _common.training_arguments(__doc__.split('\n\n')[0], 'processes')
+    p = training_arguments(__doc__.split('\n\n')[0], 'processes')
     p.add_argument('--fsdp', action='store_true',
                    help=_('shard parameters, gradients and optimizer state '
                           'with FSDP (fully_shard) instead of DDP'))
@@ -181,7 +191,7 @@ def main(argv=None):
             '--batch-size {B} cannot be cut into {world} equal shards: pass '
             'a multiple of {world}.', B=B, world=world))
     b = B // world  # this process's shard of every global batch
-    gpu, notice = _common.choose_gpu(
+    gpu, notice = choose_gpu(
         0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
     if notice and local_rank == 0:
         print(f'd2lpar: {notice}', flush=True)
@@ -194,7 +204,7 @@ def main(argv=None):
     backend = 'nccl' if cuda else 'gloo'
     dist.init_process_group(backend)
 
-    X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
+    X_train, y_train, X_test, y_test, source = fashion_mnist_arrays(
         args.num_train, args.num_test)
     if len(y_train) < B:
         raise ValueError(error_message(
@@ -202,10 +212,10 @@ def main(argv=None):
             n=len(y_train), B=B))
     timer = CommTimer(cuda)
     if args.fsdp:  # each process keeps 1/world of every layer's tensors
-        model = Sharded(lenet(args.seed).to(device))
+        model = Sharded(lenet(initial_params(args.seed)).to(device))
     else:
         model = DistributedDataParallel(  # broadcasts rank 0's parameters
-            lenet(args.seed).to(device),
+            lenet(initial_params(args.seed)).to(device),
             device_ids=[local_rank] if cuda else None)
         model.register_comm_hook(timer, timed_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
@@ -218,16 +228,16 @@ def main(argv=None):
     dist.barrier()  # start the clocks together
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
-                                                 world, epoch, step):
+        for step, idx in shards_of_epoch(args, len(y_train), rank, world,
+                                         epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
                 first_shards.append(idx.tolist())
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = timer.mark()
             for group in optimizer.param_groups:  # cosine decay
-                group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
-                                                    total_steps)
+                group['lr'] = learning_rate(step - 1, args.lr, 0,
+                                            total_steps)
             optimizer.zero_grad()
             loss = loss_fn(model(X), y)
             loss.backward()  # DDP averages the gradients over processes

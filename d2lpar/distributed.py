@@ -8,182 +8,44 @@ loopback interface (127.0.0.1). This module imports a framework only to
 count the GPUs. Every process computes with one thread (OMP_NUM_THREADS=1,
 unless the environment says otherwise), so k processes stand for k
 one-core machines. With fewer GPUs than processes, all processes train on
-the CPU (see `_common.choose_gpu`), and the launcher says so.
+the CPU (see `devices.choose_gpu`), and the launcher says so.
 
-A failed or stuck run never leaves processes behind: each child starts in
-a session of its own, with a mark in its environment that its own
-children inherit; when a run fails, times out, or Python exits, every
-marked process gets SIGTERM, then SIGKILL.
+A failed or stuck run never leaves processes behind (d2lpar.launch): each
+child starts in a session of its own, with a mark in its environment
+that its own children inherit; when a run fails, times out, or Python
+exits, every marked process gets SIGTERM, then SIGKILL. The tables and
+plots of a run's processes are in d2lpar.plots.
 """
-import atexit
 import dataclasses
-import errno
 import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 
 import numpy as np
 
-from d2lpar import _common
-from d2lpar import fonts
-from d2lpar.i18n import (
-    Bilingual, Message, N_, _, display_width, error_message, number, pad)
+from d2lpar.devices import choose_gpu
+from d2lpar.i18n import Bilingual, Message, N_, _, error_message
+from d2lpar.launch import (  # noqa: F401 (HOST, Processes: for the tests)
+    HOST, Processes, check_port, free_port, python_env, wait_for)
+from d2lpar.training import TrainResult
 
-HOST = '127.0.0.1'
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MARK = 'D2LPAR_RUN'  # environment variable that marks our processes
 _OUTPUTS = re.compile(r'^(rank\d+\.json|worker\d+\.json|result\.json|'
                       r'params_step1\.npz|torchrun\.log|scheduler\.log|'
                       r'server\.log|worker-process-\d+\.log)$')
 
 
-# --------------------------------------------------------------------------
-# Ports
-# --------------------------------------------------------------------------
-def free_port(host=HOST):
-    """A TCP port that nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def check_port(port, host=HOST):
-    """Return `port` if it can be bound on `host`, else a RuntimeError."""
-    if not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(error_message(
-            'A port is an int from 1 to 65535, got {port!r}.', port=port))
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise RuntimeError(error_message(
-                    'port {port} on {host} is already in use (another '
-                    'training run?): pass another port or stop that '
-                    'process.', port=port, host=host)) from None
-            raise RuntimeError(error_message(
-                'port {port} on {host} cannot be used ({error}): pass '
-                'another port.', port=port, host=host, error=e)) from None
-    return port
-
-
-# --------------------------------------------------------------------------
-# Process groups that always get cleaned up
-# --------------------------------------------------------------------------
-def _marked(mark):
-    """Pids of the live processes whose environment carries `mark`."""
-    needle = f'{_MARK}={mark}'
-    try:
-        import psutil
-    except ImportError:  # Linux without psutil: read /proc directly
-        pids = []
-        if not os.path.isdir('/proc'):
-            return pids  # then only the process groups get stopped
-        for pid in filter(str.isdigit, os.listdir('/proc')):
-            try:
-                with open(f'/proc/{pid}/environ', 'rb') as f:
-                    if needle.encode() in f.read().split(b'\0'):
-                        pids.append(int(pid))
-            except OSError:
-                pass
-        return pids
-    pids = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get(_MARK) == mark:
-                pids.append(p.pid)
-        except (psutil.Error, OSError):
-            pass
-    return pids
-
-
-def _signal(pid, sig, group=False):
-    try:
-        os.killpg(pid, sig) if group else os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-class Processes:
-    """The processes of one run: `start` them, then leave the ``with``
-    block, which stops whatever is still running (SIGTERM, then SIGKILL
-    after `grace` seconds), their children included."""
-    _live = []
-
-    def __init__(self, out_dir, grace=5.0):
-        self.out_dir, self.grace = out_dir, grace
-        self.mark = uuid.uuid4().hex
-        self.procs = {}  # name -> Popen
-        self.logs = {}  # name -> log file
-
-    def start(self, name, cmd, env):
-        log = os.path.join(self.out_dir, re.sub(r'\W+', '-', name) + '.log')
-        self.logs[name] = log
-        with open(log, 'wb') as f:
-            self.procs[name] = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=f,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                env={**env, _MARK: self.mark})
-        return self.procs[name]
-
-    def tail(self, name, lines=15):
-        try:
-            with open(self.logs[name], errors='replace') as f:
-                text = f.read().rstrip().splitlines()
-        except OSError:
-            return '(no log)'
-        return '\n'.join(text[-lines:]) or '(empty log)'
-
-    def stop(self):
-        """SIGTERM everything still running, SIGKILL it after `grace`."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            alive = [p for p in self.procs.values() if p.poll() is None]
-            others = _marked(self.mark)
-            if not alive and not others:
-                break
-            for p in alive:
-                _signal(p.pid, sig, group=True)
-            for pid in others:
-                _signal(pid, sig)
-            deadline = time.monotonic() + self.grace
-            while time.monotonic() < deadline and (
-                    any(p.poll() is None for p in self.procs.values())
-                    or _marked(self.mark)):
-                time.sleep(0.1)
-        for p in self.procs.values():
-            p.wait()
-
-    def __enter__(self):
-        Processes._live.append(self)
-        return self
-
-    def __exit__(self, *exc_info):
-        try:
-            self.stop()
-        finally:
-            Processes._live.remove(self)
-        return False
-
-
-@atexit.register
-def _stop_all():
-    for group in list(Processes._live):
-        group.stop()
 
 
 # --------------------------------------------------------------------------
 # Results
 # --------------------------------------------------------------------------
 @dataclasses.dataclass
-class DistributedResult(_common.TrainResult):
+class DistributedResult(TrainResult):
     """A `TrainResult` (so `plot_scaling` takes it) plus what each process
     measured: `processes` holds one dict per worker, by rank."""
     framework: str = ''
@@ -254,7 +116,7 @@ def _device_options(framework, num_gpus, num_workers, use_gpus=None):
     """The script options that put `num_workers` processes on this
     machine's devices: ``['--cpu']`` when they train on the CPU, else
     ``[]``, printing why the CPU when there are GPUs. `use_gpus` None:
-    GPUs when each process can have one of its own (`_common.choose_gpu`);
+    GPUs when each process can have one of its own (`choose_gpu`);
     False: the CPU; True: GPUs, a ValueError when there are too few.
     `num_gpus` None: ask `framework` how many GPUs it sees."""
     if use_gpus not in (None, True, False):
@@ -268,7 +130,7 @@ def _device_options(framework, num_gpus, num_workers, use_gpus=None):
         else:
             import mxnet
             num_gpus = mxnet.context.num_gpus()
-    gpu, notice = _common.choose_gpu(num_gpus, 0, num_workers)
+    gpu, notice = choose_gpu(num_gpus, 0, num_workers)
     if use_gpus and gpu is None:
         raise ValueError(error_message(
             'use_gpus=True needs a GPU for each of the {n} processes; this '
@@ -283,14 +145,6 @@ def _device_options(framework, num_gpus, num_workers, use_gpus=None):
     return ['--cpu'] if gpu is None else []
 
 
-def _env(extra=()):
-    env = dict(os.environ, PYTHONUNBUFFERED='1', **dict(extra))
-    path = env.get('PYTHONPATH')
-    env['PYTHONPATH'] = _REPO + (os.pathsep + path if path else '')
-    # One thread per process, as torchrun sets it for several: k processes
-    # use k cores, like k one-core machines (unless told otherwise).
-    env.setdefault('OMP_NUM_THREADS', '1')
-    return env
 
 
 # --------------------------------------------------------------------------
@@ -338,7 +192,7 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
            '-m', 'd2lpar.ddp_train', '--out', out_dir, *devices,
            *map(str, script_args)]
     with Processes(out_dir) as run:
-        proc = run.start('torchrun', cmd, _env())
+        proc = run.start('torchrun', cmd, python_env())
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -413,47 +267,47 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
     with Processes(out_dir) as run:
         helpers = {}
         for role in ('scheduler', 'server'):
-            helpers[role] = run.start(role, cmd, _env(
+            helpers[role] = run.start(role, cmd, python_env(
                 {**dmlc, 'DMLC_ROLE': role}))
         workers = {f'worker-process-{i}': run.start(
             f'worker-process-{i}', cmd,
-            _env({**dmlc, 'DMLC_ROLE': 'worker', 'D2LPAR_LOCAL_RANK': str(i),
-                  'D2LPAR_LOCAL_WORKERS': str(num_workers)}))
+            python_env({**dmlc, 'DMLC_ROLE': 'worker',
+                        'D2LPAR_LOCAL_RANK': str(i),
+                        'D2LPAR_LOCAL_WORKERS': str(num_workers)}))
             for i in range(num_workers)}
-        while True:
-            for name, p in workers.items():
-                if p.poll():  # exited, and not with 0
-                    rank = _worker_rank(run, name)
-                    who = (Message('worker rank {rank}', rank=rank)
-                           if rank is not None else
-                           Message('{name} (rank not known yet)', name=name))
-                    raise RuntimeError(error_message(
-                        'MXNet training with {n} workers failed: {who} '
-                        'exited with code {code}. Stopped all its processes '
-                        '(scheduler and server too). End of {log}:',
-                        n=num_workers, who=who, code=p.returncode,
-                        log=run.logs[name]) + '\n' + run.tail(name))
-            for role, p in helpers.items():
-                if p.poll():  # exited, and not with 0
-                    raise RuntimeError(error_message(
-                        'MXNet training with {n} workers failed: the {role} '
-                        'exited with {status} before the workers were done. '
-                        'Stopped all its processes (the workers would wait '
-                        'for it forever); see its log, then run the '
-                        'training again. End of {log}:', n=num_workers,
-                        role=Message(ROLES[role]), status=_exit_status(p),
-                        log=run.logs[role]) + '\n' + run.tail(role))
-            if all(p.poll() == 0 for p in workers.values()):
-                break
-            if time.monotonic() > deadline:
-                waiting = [n for n, p in workers.items() if p.poll() is None]
-                raise RuntimeError(error_message(
-                    'MXNet training with {n} workers did not finish within '
-                    '{timeout} s (still running: {waiting}): stopped all '
-                    'its processes. End of {log}:', n=num_workers,
-                    timeout=timeout, waiting=', '.join(waiting),
-                    log=run.logs[waiting[0]]) + '\n' + run.tail(waiting[0]))
-            time.sleep(0.2)
+        try:
+            failed = wait_for({**workers, **helpers}, workers,
+                              deadline - time.monotonic())
+        except subprocess.TimeoutExpired:
+            waiting = [n for n, p in workers.items() if p.poll() is None]
+            raise RuntimeError(error_message(
+                'MXNet training with {n} workers did not finish within '
+                '{timeout} s (still running: {waiting}): stopped all '
+                'its processes. End of {log}:', n=num_workers,
+                timeout=timeout, waiting=', '.join(waiting),
+                log=run.logs[waiting[0]]) + '\n' + run.tail(waiting[0])) \
+                from None
+        if failed in workers:
+            rank = _worker_rank(run, failed)
+            who = (Message('worker rank {rank}', rank=rank)
+                   if rank is not None else
+                   Message('{name} (rank not known yet)', name=failed))
+            raise RuntimeError(error_message(
+                'MXNet training with {n} workers failed: {who} '
+                'exited with code {code}. Stopped all its processes '
+                '(scheduler and server too). End of {log}:',
+                n=num_workers, who=who, code=workers[failed].returncode,
+                log=run.logs[failed]) + '\n' + run.tail(failed))
+        if failed in helpers:
+            raise RuntimeError(error_message(
+                'MXNet training with {n} workers failed: the {role} '
+                'exited with {status} before the workers were done. '
+                'Stopped all its processes (the workers would wait '
+                'for it forever); see its log, then run the '
+                'training again. End of {log}:', n=num_workers,
+                role=Message(ROLES[failed]),
+                status=_exit_status(helpers[failed]),
+                log=run.logs[failed]) + '\n' + run.tail(failed))
         # Once the workers are done, the scheduler and server exit by
         # themselves; the with block stops them if they linger.
         for p in helpers.values():
@@ -545,80 +399,3 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
             "framework is 'torch' or 'mxnet', got {framework!r}.",
             framework=framework))
     return '\n'.join(lines)
-
-
-def _as_list(results):
-    return [results] if isinstance(results, DistributedResult) \
-        else list(results)
-
-
-def _rows(results):
-    for r in _as_list(results):
-        label = (_('{framework} x{n}: rank {rank}') if r.framework == 'torch'
-                 else _('{framework} x{n}: worker {rank}'))
-        for p in r.processes:
-            other = max(0.0, p['seconds_total'] - p['seconds_compute']
-                        - p['seconds_communication'])
-            yield (label.format(framework=r.framework, n=r.num_workers,
-                                rank=p['rank']), p, other)
-
-
-# The columns of print_processes: heading, width (at least), format
-_COLUMNS = [(N_('process'), 22, None), (N_('steps'), 6, 'd'),
-            (N_('examples'), 9, 'd'), (N_('compute s'), 11, '.3f'),
-            (N_('comm. s'), 9, '.3f'), (N_('total s'), 9, '.3f'),
-            (N_('comm. %'), 9, '.0f')]
-
-
-def print_processes(results):
-    """A table of what each process of one or more runs measured."""
-    rows = list(_rows(results))
-    # A column is as wide as its heading (in the lesson's language) and,
-    # for the first, its labels need
-    heads = [_(name) for name, width, spec in _COLUMNS]
-    widths = [max(width, display_width(head) + 1)
-              for head, (name, width, spec) in zip(heads, _COLUMNS)]
-    widths[0] = max([widths[0]] + [display_width(label) + 1
-                                   for label, p, other in rows])
-    head = pad(heads[0], widths[0]) + ''.join(
-        pad(h, w, '>') for h, w in zip(heads[1:], widths[1:]))
-    print(head)
-    print('-' * display_width(head))
-    for label, p, other in rows:
-        share = 100 * p['seconds_communication'] / p['seconds_total']
-        values = [p['steps'], p['examples'], p['seconds_compute'],
-                  p['seconds_communication'], p['seconds_total']]
-        cells = [number(v, spec) for v, (name, width, spec) in
-                 zip(values, _COLUMNS[1:])] + [number(share, '.0f') + '%']
-        print(pad(label, widths[0]) + ''.join(
-            pad(c, w, '>') for c, w in zip(cells, widths[1:])))
-
-
-def plot_processes(results, title=None, ax=None):
-    """Stacked bars, one per process: compute, communication, and the
-    rest of the training loop's time (data, updates, waiting)."""
-    import matplotlib.pyplot as plt
-    fonts.use_cjk_font()  # Chinese text, no missing glyph
-    rows = list(_rows(results))[::-1]
-    if ax is None:
-        ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.0))[1]
-    labels = [label for label, _p, _other in rows]
-    left = [0.0] * len(rows)
-    for key, kind, color in (
-            ('seconds_compute', 'compute', _common.KIND_COLORS['compute']),
-            ('seconds_communication', 'communication',
-             _common.KIND_COLORS['copy']),
-            (None, 'other', _common.KIND_COLORS['other'])):
-        widths = [other if key is None else p[key]
-                  for _label, p, other in rows]
-        ax.barh(labels, widths, left=left, color=color,
-                label=_(_common.KIND_LABELS[kind]))
-        left = [a + w for a, w in zip(left, widths)]
-    ax.set_xlabel(_('seconds'))
-    ax.legend(fontsize=8, frameon=False, loc='lower left',
-              bbox_to_anchor=(1.0, 0.0))
-    if title:
-        ax.set_title(title, fontsize=10)
-    plt.tight_layout()
-    plt.show()
-    return ax

@@ -55,16 +55,19 @@ import mxnet as mx  # a scheduler or server serves in here, then exits
 from mxnet import autograd, gluon, np, npx
 from mxnet.gluon import nn
 
-from d2lpar import _common
-from d2lpar._common import write_json
+from d2lpar.data import fashion_mnist_arrays
+from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
+from d2lpar.scripts import shards_of_epoch, training_arguments, write_json
 
 npx.set_np()
 
 
-def lenet(seed, ctx):
-    """The lessons' LeNet, with the values lenet_params() draws after
-    mx.random.seed(seed): N(0, 0.1) weights, zero biases."""
+def lenet(params, ctx):
+    """The lessons' LeNet (``d2l.lenet``) as Gluon layers on the contexts
+    `ctx`, holding the values of `params`, a list like the one
+    ``d2l.lenet_params()`` returns (fully connected weights as (in, out)).
+    The benchmark (tools/bench) uses it too."""
     net = nn.HybridSequential()
     net.add(nn.Conv2D(20, 3, activation='relu', in_channels=1),
             nn.AvgPool2D(2, 2),
@@ -73,17 +76,22 @@ def lenet(seed, ctx):
             nn.Dense(128, activation='relu', in_units=800),
             nn.Dense(10, in_units=128))
     net.initialize(ctx=ctx)
-    mx.random.seed(seed)
-    for i in (0, 2, 4, 5):
-        layer = net[i]
-        if isinstance(layer, nn.Dense):  # lenet_params: (in, out)
-            shape = layer.weight.shape[::-1]
-            w = np.random.normal(scale=0.1, size=shape).T
-        else:
-            w = np.random.normal(scale=0.1, size=layer.weight.shape)
-        layer.weight.set_data(w)
-        layer.bias.set_data(np.zeros(layer.bias.shape))
+    for p, v in zip(net.collect_params().values(), params):
+        p.set_data(v.T if v.ndim == 2 else v)  # Dense keeps (out, in)
     return net
+
+
+def initial_params(seed):
+    """The values every worker starts from, in the layout of
+    ``d2l.lenet_params()``: N(0, 0.1) weights and zero biases, drawn after
+    mx.random.seed(seed)."""
+    mx.random.seed(seed)
+    params = []
+    for shape in ((20, 1, 3, 3), (50, 20, 5, 5), (800, 128), (128, 10)):
+        outputs = shape[0] if len(shape) == 4 else shape[1]
+        params += [np.random.normal(scale=0.1, size=shape),
+                   np.zeros(outputs)]
+    return params
 
 
 def named_params(net):
@@ -94,7 +102,7 @@ def named_params(net):
 
 
 def parse_args(argv=None):
-    p = _common.training_arguments(__doc__.split('\n\n')[0], 'workers')
+    p = training_arguments(__doc__.split('\n\n')[0], 'workers')
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
@@ -121,19 +129,19 @@ def main(argv=None):
     b = B // world  # this worker's shard of every global batch
     local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
     local_workers = int(os.environ.get('D2LPAR_LOCAL_WORKERS', world))
-    gpu, notice = _common.choose_gpu(
+    gpu, notice = choose_gpu(
         0 if args.cpu else mx.context.num_gpus(), local_rank, local_workers)
     if notice and local_rank == 0:
         print(f'd2lpar: {notice}', flush=True)
     ctx = mx.cpu() if gpu is None else mx.gpu(gpu)
 
-    X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
+    X_train, y_train, X_test, y_test, source = fashion_mnist_arrays(
         args.num_train, args.num_test)
     if len(y_train) < B:
         raise ValueError(error_message(
             '{n} training examples make no global batch of {B}.',
             n=len(y_train), B=B))
-    net = lenet(args.seed, ctx)
+    net = lenet(initial_params(args.seed), ctx)
     net.hybridize()
     # The optimizer runs on the server, so the learning rate follows a
     # schedule given to it: the cosine decay of ddp_train. MXNet counts
@@ -154,8 +162,8 @@ def main(argv=None):
         kv._barrier()  # start the clocks together (MXNet 1.x name)
     start = time.perf_counter()
     for epoch in range(args.epochs):
-        for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
-                                                 world, epoch, step):
+        for step, idx in shards_of_epoch(args, len(y_train), rank, world,
+                                         epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
                 first_shards.append(idx.tolist())
             X = np.array(X_train[idx], ctx=ctx)

@@ -39,26 +39,25 @@ from mxnet.base import _LIB, check_call  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402
 
-from d2lpar import _common  # noqa: E402
+from d2lpar import api as _api  # noqa: E402
+from d2lpar import checks as _checks  # noqa: E402
+from d2lpar import collectives as _collectives  # noqa: E402
+from d2lpar import data as _data  # noqa: E402
+from d2lpar import devices as _devices  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
-from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
-    DistributedResult, plot_processes, print_processes)
-from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
-    Animator, DataError, TrainResult, check_allreduce, check_devices,
-    check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
-    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
-    source_code, use_language,
-    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
-    plot_drift,
-    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
-    plot_memory, shard_bounds, zero_memory)
+from d2lpar import timeline as _timeline  # noqa: E402
+from d2lpar import timing as _timing  # noqa: E402
+from d2lpar import training as _training  # noqa: E402
+from d2lpar.api import *  # noqa: E402,F401,F403 (api.SHARED, as they are)
+from d2lpar.checks import (  # noqa: E402
+    check_allreduce, check_devices, check_replicas, check_split)
 from d2lpar.sharding import check_collective  # noqa: E402
 from d2lpar.i18n import N_, error_message  # noqa: E402
 
 npx.set_np()
 
-__all__ = _common.SHARED + _common.BACKEND
+__all__ = _api.SHARED + _api.BACKEND
 
 # Chinese text in every plot of the lesson, its own plt calls included: d2l
 # has imported matplotlib, so register the CJK font now (d2lpar/fonts.py).
@@ -114,7 +113,7 @@ def try_devices(num_devices):
             num_devices=num_devices))
     if num_gpus() >= num_devices:
         return [gpu(i) for i in range(num_devices)]
-    say_once(_common.fallback_notice(
+    say_once(_devices.fallback_notice(
         num_devices, num_gpus(), STAND_IN_THREADS,
         ', '.join(f'cpu({i})' for i in range(num_devices))))
     return [npx.cpu(i) for i in range(num_devices)]
@@ -133,7 +132,7 @@ def products_that_fit(num_products, shape, devices):
             return None
         return mx.context.gpu_memory_info(device.device_id)[0]
 
-    return _common.products_that_fit_with(free_bytes, num_products, shape,
+    return _devices.products_that_fit_with(free_bytes, num_products, shape,
                                           devices)
 
 
@@ -163,8 +162,8 @@ def synchronize(devices=None):
     npx.waitall()
 
 
-class Benchmark(_common.Benchmark):
-    __doc__ = _common.Benchmark.__doc__
+class Benchmark(_timing.Benchmark):
+    __doc__ = _timing.Benchmark.__doc__
     _synchronize = staticmethod(synchronize)
 
 
@@ -172,7 +171,7 @@ def _kind(name):
     return 'copy' if 'copy' in name.lower() else 'compute'
 
 
-class Timeline(_common.Timeline):
+class Timeline(_timeline.Timeline):
     """Record what runs where inside a ``with`` block, then `plot` it.
 
     With an MXNet build that has its profiler, ``mx.profiler`` records
@@ -222,7 +221,7 @@ class Timeline(_common.Timeline):
             label, kind, array, pushed = item
             array.wait_to_read()
             end = time.perf_counter() - self._t0
-            self.events.append(_common.Event(label, row, max(pushed, last),
+            self.events.append(_timeline.Event(label, row, max(pushed, last),
                                              end, kind))
             last = end
 
@@ -232,7 +231,7 @@ class Timeline(_common.Timeline):
             mx.profiler.set_state('stop')
             mx.profiler.dump()
             with open(self._file) as f:
-                self.events = _common.events_from_chrome_trace(json.load(f),
+                self.events = _timeline.events_from_chrome_trace(json.load(f),
                                                                _kind)
             os.remove(self._file)
         else:
@@ -252,7 +251,7 @@ def measure_allreduce(fns, sizes, device_counts, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
-    rows = _common.measure_allreduce_with(
+    rows = _timing.measure_allreduce_with(
         _make_data, synchronize, fns, sizes, device_counts, repeat)
     for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
         r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
@@ -270,7 +269,7 @@ def copy_bandwidth(device=None, num_bytes=1 << 26):
         x.copyto(y)
         return num_bytes
 
-    return _common.measure_copy_bandwidth_with(copy, synchronize)
+    return _timing.measure_copy_bandwidth_with(copy, synchronize)
 
 
 # --------------------------------------------------------------------------
@@ -285,7 +284,7 @@ def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
     `data_dir()`, downloading it when the network allows; offline, over a
     synthetic stand-in with the same shapes, saying so once. `num_train`
     and `num_test` keep only the first examples, for quick CPU runs."""
-    return _common.load_data_fashion_mnist_with(
+    return _data.load_data_fashion_mnist_with(
         _to_arrays, batch_size, num_train, num_test)
 
 
@@ -392,6 +391,7 @@ def _copy_like(src, dst):
 
 
 def _copy_into(src, dst):
+    """Copy `src` straight into place (no temporary copy)."""
     src.copyto(dst)
 
 
@@ -399,8 +399,16 @@ def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
     check_allreduce(data, memory_of=_memory, device_of=_device_of)
-    _common.ring_allreduce_with(data, _flat, _copy_like,
-                                copy_into=_copy_into)
+    if len(data) == 1:
+        return
+    flats = [_flat(x) for x in data]  # views: written in place
+    for phase, i, j, start, end in _collectives.ring_steps(
+            flats[0].shape[0], len(flats)):
+        if phase == 'reduce-scatter':
+            view = flats[j][start:end]
+            view += _copy_like(flats[i][start:end], flats[j])
+        else:
+            _copy_into(flats[i][start:end], flats[j][start:end])
 
 
 def split_batch(X, y, devices):
@@ -462,8 +470,8 @@ def check_finite(params, epoch, lr):
     infinite values (training diverged), or when `lr` is not a finite
     number above 0; a lesson calls it after each epoch."""
     if not all(bool(np.isfinite(p).all()) for p in params):
-        raise _common.diverged(epoch, lr)
-    _common.check_lr(lr)
+        raise _checks.diverged(epoch, lr)
+    _checks.check_lr(lr)
 
 
 def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
@@ -513,7 +521,7 @@ def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
     that `train` sees with the same arguments, and return the largest
     absolute difference between the two sets of parameters after each of
     the first `num_steps` steps (see `plot_drift`)."""
-    return _common.parameter_drift_with(
+    return _training.parameter_drift_with(
         load_data_fashion_mnist, try_devices, get_params, train_batch,
         _max_abs_diff, params, batch_size, lr, num_steps, num_train,
         num_test)
@@ -653,7 +661,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     `net` (the same on all `devices`; batch normalization's running
     statistics differ between devices, so evaluate on ``devices[0]``, as
     the reported accuracies are), and returns a `TrainResult`."""
-    devices = _common.check_concise(batch_size, devices, num_train,
+    devices = _checks.check_concise(batch_size, devices, num_train,
                                     num_epochs, warmup_epochs, lr)
 
     def train(report):
@@ -662,7 +670,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
         fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
             warmup_epochs, report)
 
-    return _common.run_concise(devices, batch_size, num_epochs, num_train,
+    return _training.run_concise(devices, batch_size, num_epochs, num_train,
                                num_test, plot, train)
 
 

@@ -28,25 +28,25 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.profiler import (  # noqa: E402
     ProfilerActivity, profile, record_function)
 
-from d2lpar import _common  # noqa: E402
+from d2lpar import api as _api  # noqa: E402
+from d2lpar import checks as _checks  # noqa: E402
+from d2lpar import collectives as _collectives  # noqa: E402
+from d2lpar import data as _data  # noqa: E402
+from d2lpar import devices as _devices  # noqa: E402
 from d2lpar import distributed as _distributed  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
+from d2lpar import launch as _launch  # noqa: E402
 from d2lpar import standins as _standins  # noqa: E402
-from d2lpar.distributed import (  # noqa: E402,F401 (framework-free, shared)
-    DistributedResult, plot_processes, print_processes)
-from d2lpar._common import (  # noqa: E402,F401 (re-exported names)
-    Animator, DataError, TrainResult, check_allreduce, check_devices,
-    check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
-    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
-    source_code, use_language,
-    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
-    plot_drift,
-    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
-    plot_memory, shard_bounds, zero_memory)
+from d2lpar import timeline as _timeline  # noqa: E402
+from d2lpar import timing as _timing  # noqa: E402
+from d2lpar import training as _training  # noqa: E402
+from d2lpar.api import *  # noqa: E402,F401,F403 (api.SHARED, as they are)
+from d2lpar.checks import (  # noqa: E402
+    check_allreduce, check_devices, check_replicas, check_split)
 from d2lpar.sharding import check_collective  # noqa: E402
 from d2lpar.i18n import N_, error_message  # noqa: E402
 
-__all__ = _common.SHARED + _common.BACKEND
+__all__ = _api.SHARED + _api.BACKEND
 
 # Chinese text in every plot of the lesson, its own plt calls included: d2l
 # has imported matplotlib, so register the CJK font now (d2lpar/fonts.py).
@@ -103,7 +103,7 @@ def try_devices(num_devices):
             num_devices=num_devices))
     if num_gpus() >= num_devices:
         return [gpu(i) for i in range(num_devices)]
-    say_once(_common.fallback_notice(
+    say_once(_devices.fallback_notice(
         num_devices, num_gpus(), _STAND_INS.num_threads,
         ', '.join(f'cpu:{i}' for i in range(num_devices))))
     return [torch.device('cpu', i) for i in range(num_devices)]
@@ -127,7 +127,7 @@ def products_that_fit(num_products, shape, devices):
                   - torch.cuda.memory_allocated(device))
         return torch.cuda.mem_get_info(device)[0] + cached
 
-    return _common.products_that_fit_with(free_bytes, num_products, shape,
+    return _devices.products_that_fit_with(free_bytes, num_products, shape,
                                           devices)
 
 
@@ -212,8 +212,8 @@ def synchronize(devices=None):
             torch.cuda.synchronize(d)
 
 
-class Benchmark(_common.Benchmark):
-    __doc__ = _common.Benchmark.__doc__
+class Benchmark(_timing.Benchmark):
+    __doc__ = _timing.Benchmark.__doc__
     _synchronize = staticmethod(synchronize)
 
 
@@ -223,7 +223,7 @@ def _kind(name):
                       ) else 'compute'
 
 
-class Timeline(_common.Timeline):
+class Timeline(_timeline.Timeline):
     """Record what runs where inside a ``with`` block, then `plot` it.
 
     Built on ``torch.profiler`` (CPU activities, plus CUDA ones when there
@@ -240,7 +240,7 @@ class Timeline(_common.Timeline):
             activities.append(ProfilerActivity.CUDA)
         self._prof = profile(activities=activities)
         synchronize()  # leave earlier work out of the picture
-        with _common.quiet_stderr():
+        with _timeline.quiet_stderr():
             self._prof.__enter__()
         # The profiler sees only this thread: the stand-ins' workers note
         # their work themselves, on the clock of the marker below
@@ -257,7 +257,7 @@ class Timeline(_common.Timeline):
                 raise
         finally:
             workers = _standins.recorder.stop()
-            with _common.quiet_stderr():
+            with _timeline.quiet_stderr():
                 self._prof.__exit__(*exc_info)
                 raw = list(self._prof.events())
         threads, spans, offset = {}, [], 0
@@ -281,7 +281,7 @@ class Timeline(_common.Timeline):
                   for n, r, a, b, _ in workers]
         kinds = {(n, r): k for n, r, _, _, k in workers}
         t0 = min((s[2] for s in spans), default=0)
-        self.events = [_common.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
+        self.events = [_timeline.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
                                      kinds.get((n, r), _kind(n)))
                        for n, r, a, b in sorted(spans, key=lambda s: s[2])]
         return False
@@ -299,7 +299,7 @@ def measure_allreduce(fns, sizes, device_counts, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
-    rows = _common.measure_allreduce_with(
+    rows = _timing.measure_allreduce_with(
         _make_data, synchronize, fns, sizes, device_counts, repeat)
     for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
         r['on'] = 'gpu' if num_gpus() >= r['devices'] else 'cpu'
@@ -317,7 +317,7 @@ def copy_bandwidth(device=None, num_bytes=1 << 26):
         y.copy_(x)
         return num_bytes
 
-    return _common.measure_copy_bandwidth_with(copy, synchronize)
+    return _timing.measure_copy_bandwidth_with(copy, synchronize)
 
 
 # --------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
     `data_dir()`, downloading it when the network allows; offline, over a
     synthetic stand-in with the same shapes, saying so once. `num_train`
     and `num_test` keep only the first examples, for quick CPU runs."""
-    return _common.load_data_fashion_mnist_with(
+    return _data.load_data_fashion_mnist_with(
         _to_tensors, batch_size, num_train, num_test)
 
 
@@ -422,8 +422,18 @@ def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
     check_allreduce(data, memory_of=_memory, device_of=_device_of)
+    if len(data) == 1:
+        return
     with torch.no_grad():
-        _common.ring_allreduce_with(data, _flat, _copy_like)
+        flats = [_flat(x) for x in data]  # views: written in place
+        for phase, i, j, start, end in _collectives.ring_steps(
+                flats[0].shape[0], len(flats)):
+            chunk = _copy_like(flats[i][start:end], flats[j])
+            if phase == 'reduce-scatter':
+                view = flats[j][start:end]
+                view += chunk
+            else:
+                flats[j][start:end] = chunk
 
 
 def split_batch(X, y, devices):
@@ -489,8 +499,8 @@ def check_finite(params, epoch, lr):
     infinite values (training diverged), or when `lr` is not a finite
     number above 0; a lesson calls it after each epoch."""
     if not all(bool(torch.isfinite(p).all()) for p in params):
-        raise _common.diverged(epoch, lr)
-    _common.check_lr(lr)
+        raise _checks.diverged(epoch, lr)
+    _checks.check_lr(lr)
 
 
 def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
@@ -540,7 +550,7 @@ def parameter_drift(params, batch_size, lr, num_steps=20, num_train=None,
     that `train` sees with the same arguments, and return the largest
     absolute difference between the two sets of parameters after each of
     the first `num_steps` steps (see `plot_drift`)."""
-    return _common.parameter_drift_with(
+    return _training.parameter_drift_with(
         load_data_fashion_mnist, try_devices, get_params, train_batch,
         _max_abs_diff, params, batch_size, lr, num_steps, num_train,
         num_test)
@@ -765,7 +775,7 @@ def _run_processes(net, devices, settings, report, timeout=3600):
         procs = torch.multiprocessing.start_processes(
             _quiet_worker, nprocs=len(devices), join=False,
             start_method='spawn',
-            args=(len(devices), _distributed.free_port(), net, devices,
+            args=(len(devices), _launch.free_port(), net, devices,
                   settings, mailbox))
         state = _watch_processes(procs, mailbox, report, timeout)
     if state is None:
@@ -801,14 +811,7 @@ def _watch_processes(procs, mailbox, report, timeout):
                     'it stopped the processes: are they stuck? Try fewer '
                     'examples or a thinner network.', timeout=timeout))
     finally:
-        for p in procs.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in procs.processes:  # SIGKILL what SIGTERM did not end
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _launch.stop_spawned(procs.processes)
     return state
 
 
@@ -841,7 +844,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     RuntimeError that shows its error. The processes are spawned, so a
     script that calls this on several devices must do so under
     ``if __name__ == '__main__':``."""
-    devices = [torch.device(d) for d in _common.check_concise(
+    devices = [torch.device(d) for d in _checks.check_concise(
         batch_size, devices, num_train, num_epochs, warmup_epochs, lr)]
     settings = (batch_size, lr, num_epochs, num_train, num_test,
                 warmup_epochs)
@@ -855,7 +858,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
             _run_processes(net, devices, settings, report)
             net.to(devices[0]).eval()  # as `fit` leaves it on one device
 
-    return _common.run_concise(devices, batch_size, num_epochs, num_train,
+    return _training.run_concise(devices, batch_size, num_epochs, num_train,
                                num_test, plot, train)
 
 

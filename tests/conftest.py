@@ -201,15 +201,15 @@ def gpus(request, backend, monkeypatch):
 
 
 @pytest.fixture
-def common(monkeypatch):
-    """`d2lpar._common` with fresh once-per-process state: the messages
-    said so far, the offline flag and the cached data set."""
-    from d2lpar import _common
-    monkeypatch.setattr(_common, '_said', set())
-    monkeypatch.setattr(_common, '_offline', False)
-    _common.fashion_mnist_arrays.cache_clear()
-    yield _common
-    _common.fashion_mnist_arrays.cache_clear()
+def fresh_data(monkeypatch):
+    """`d2lpar.data` with fresh once-per-process state: the messages said
+    so far (`say_once`), the offline flag and the cached data set."""
+    from d2lpar import data, i18n
+    monkeypatch.setattr(i18n, '_said', set())
+    monkeypatch.setattr(data, '_offline', False)
+    data.fashion_mnist_arrays.cache_clear()
+    yield data
+    data.fashion_mnist_arrays.cache_clear()
 
 
 @pytest.fixture(autouse=True)

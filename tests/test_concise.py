@@ -10,6 +10,8 @@ import numpy as np
 import psutil
 import pytest
 
+from d2lpar import training
+
 SMALL = dict(num_train=1024, num_test=256, num_epochs=3, plot=False)
 
 
@@ -40,38 +42,39 @@ def test_resnet18_has_the_book_architecture(backend, width, count):
                                                   np.float32))) == (2, 5)
 
 
-def test_learning_rate_warms_up_then_decays_to_zero(common):
+def test_learning_rate_warms_up_then_decays_to_zero():
     lr, warmup, total = 0.4, 10, 50
-    rates = [common.learning_rate(s, lr, warmup, total) for s in range(total)]
+    rates = [training.learning_rate(s, lr, warmup, total)
+             for s in range(total)]
     np.testing.assert_allclose(rates[:warmup],
                                [lr * (s + 1) / warmup for s in range(warmup)])
     assert rates[warmup - 1] == pytest.approx(lr)
     assert rates[warmup] == pytest.approx(lr)  # the decay starts at the top
     assert all(a > b for a, b in zip(rates[warmup:], rates[warmup + 1:]))
     assert rates[-1] < lr * 0.01
-    assert common.learning_rate(total, lr, warmup, total) == pytest.approx(0)
-    assert common.learning_rate(0, lr, 0, total) == lr  # no warm-up
-    half = common.learning_rate(warmup + (total - warmup) // 2, lr, warmup,
+    assert training.learning_rate(total, lr, warmup, total) == pytest.approx(0)
+    assert training.learning_rate(0, lr, 0, total) == lr  # no warm-up
+    half = training.learning_rate(warmup + (total - warmup) // 2, lr, warmup,
                                 total)
     assert half == pytest.approx(lr / 2)
-    assert math.isfinite(common.learning_rate(0, lr, 0, 0))
+    assert math.isfinite(training.learning_rate(0, lr, 0, 0))
 
 
 @pytest.mark.parametrize('k', [1, 2, 4])
-def test_shards_make_up_the_global_batch(common, k):
+def test_shards_make_up_the_global_batch(k):
     n, B = 103, 16
-    one = list(common.epoch_shards(n, B, seed=5))
+    one = list(training.epoch_shards(n, B, seed=5))
     assert len(one) == n // B and all(len(b) == B for b in one)
     assert len(set(np.concatenate(one))) == (n // B) * B  # no repeats
-    per_rank = [list(common.epoch_shards(n, B, r, k, seed=5))
+    per_rank = [list(training.epoch_shards(n, B, r, k, seed=5))
                 for r in range(k)]
     for step, batch in enumerate(one):
         shards = [per_rank[r][step] for r in range(k)]
         assert all(len(s) == B // k for s in shards)
         np.testing.assert_array_equal(np.concatenate(shards), batch)
-    assert [b.tolist() for b in common.epoch_shards(n, B, seed=5)] == \
+    assert [b.tolist() for b in training.epoch_shards(n, B, seed=5)] == \
         [b.tolist() for b in one]  # the same seed, the same order
-    assert [b.tolist() for b in common.epoch_shards(n, B, seed=6)] != \
+    assert [b.tolist() for b in training.epoch_shards(n, B, seed=6)] != \
         [b.tolist() for b in one]
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 import pytest
 
-from d2lpar import _common, distributed
+from d2lpar import devices, distributed, plots
 
 # Two epochs of 8 steps: the second one must see the data in a new order
 ARGS = ['--num-train', 512, '--num-test', 512, '--batch-size', 64,
@@ -169,7 +169,7 @@ DEVICES = {(0, 1): 'cpu', (0, 2): 'cpu', (0, 4): 'cpu',
 @pytest.mark.parametrize('num_gpus, processes', sorted(DEVICES))
 def test_each_process_gets_a_gpu_of_its_own_or_all_use_the_cpu(
         num_gpus, processes):
-    chosen = [_common.choose_gpu(num_gpus, r, processes)
+    chosen = [devices.choose_gpu(num_gpus, r, processes)
               for r in range(processes)]
     gpus = [gpu for gpu, _ in chosen]
     notices = {notice for _, notice in chosen}
@@ -186,7 +186,7 @@ def test_each_process_gets_a_gpu_of_its_own_or_all_use_the_cpu(
                 f'{processes} processes but only {num_gpus} GPU(s)')
             assert 'CPU' in notice and '\n' not in notice
     with pytest.raises(ValueError, match='local rank 2 is not one of'):
-        _common.choose_gpu(num_gpus, 2, 2)
+        devices.choose_gpu(num_gpus, 2, 2)
 
 
 def lesson_use_gpus(d2l):
@@ -217,7 +217,7 @@ def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
         assert said == [
             '1 process(es) on the CPU, as asked (use_gpus=False), although '
             'this machine has 1 GPU(s).',
-            _common.choose_gpu(1, 0, 2)[1]]
+            devices.choose_gpu(1, 0, 2)[1]]
         # Without use_gpus, the process alone would take the GPU
         assert distributed._device_options(backend.name, None, 1) == []
     else:
@@ -307,11 +307,11 @@ def test_the_comm_timer_adds_up_compute_and_communication():
 @pytest.mark.parametrize('framework', FRAMEWORKS)
 def test_tables_and_charts(runs, framework, capsys):
     one, two = runs(framework)
-    distributed.print_processes([one, two])
+    plots.print_processes([one, two])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + 3 and 'comm.' in lines[0]
     assert str(two).startswith(f'test acc: {two.test_acc:.2f}')
-    ax = distributed.plot_processes([one, two], title=framework)
+    ax = plots.plot_processes([one, two], title=framework)
     assert len(ax.get_yticklabels()) == 3
 
 

@@ -58,8 +58,8 @@ def test_synchronize_waits_for_the_queued_work(backend, which):
 
 
 def test_benchmark_times_the_work_not_its_queueing(backend, monkeypatch):
-    from d2lpar import _common
-    monkeypatch.setattr(_common.Benchmark, 'records', [])
+    from d2lpar import timing
+    monkeypatch.setattr(timing.Benchmark, 'records', [])
     device = backend.try_devices(1)[0]
     with backend.Benchmark('products', [device]) as b:
         future = _queue_work(backend, device)

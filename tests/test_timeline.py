@@ -99,11 +99,11 @@ def test_a_row_with_compute_and_copies_draws_them_in_lanes():
     streams on one row: a copy on the side stream that overlaps a product
     must be drawn beside it, not over it (events made by hand: the
     drawing only)."""
-    from d2lpar import _common
-    tl = _common.Timeline()
-    tl.events = [_common.Event('mm', 'cuda:0', 0.0, 1.0),
-                 _common.Event('Memcpy DtoH', 'cuda:0', 0.2, 0.6, 'copy'),
-                 _common.Event('mm', 'cuda:1', 0.0, 1.0)]
+    from d2lpar import timeline
+    tl = timeline.Timeline()
+    tl.events = [timeline.Event('mm', 'cuda:0', 0.0, 1.0),
+                 timeline.Event('Memcpy DtoH', 'cuda:0', 0.2, 0.6, 'copy'),
+                 timeline.Event('mm', 'cuda:1', 0.0, 1.0)]
     ax = tl.plot()
     ys = {}  # the vertical extent of the bars of each colour and row
     for bars in ax.collections:

@@ -32,8 +32,6 @@ import os
 import pathlib
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +41,8 @@ import urllib.request
 import warnings
 
 import pytest
+
+from d2lpar.launch import free_port, stop_group
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / 'build' / 'browser'
@@ -195,12 +195,6 @@ def sync_playwright():
     return sync_playwright
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def write_lab_settings(folder):
     for plugin, values in LAB_SETTINGS.items():
         path = folder / f'{plugin}.jupyterlab-settings'
@@ -243,22 +237,7 @@ class LabServer:
     def stop(self):
         if self.proc.poll() is None:
             self.shutdown_kernels()
-        pgid = self.proc.pid  # start_new_session: the group is the pid
-        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-            if self.proc.poll() is not None:
-                break
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # whatever is left in the group (the server's children)
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        stop_group(self.proc, grace=20)  # the server and its children
 
 
 def lab_language():
