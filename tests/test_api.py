@@ -194,16 +194,7 @@ def fake_free_memory(backend, monkeypatch, free):
     """Simulate len(`free`) GPUs, GPU i reporting free[i] bytes free."""
     backend.simulate_gpus(monkeypatch, len(free))
     total = 80 * 10 ** 9
-    if backend.name == 'torch':
-        import torch
-
-        def mem_get_info(device=None):
-            return free[torch.device(device).index], total
-        monkeypatch.setattr(torch.cuda, 'mem_get_info', mem_get_info)
-    else:
-        import mxnet
-        monkeypatch.setattr(mxnet.context, 'gpu_memory_info',
-                            lambda device_id=0: (free[device_id], total))
+    backend.simulate_gpu_memory(monkeypatch, lambda i: (free[i], total))
 
 
 @pytest.mark.parametrize('free', [[80_000 * MB], [2000 * MB],
@@ -227,14 +218,9 @@ def test_products_that_fit_leaves_the_cpu_workload_alone(backend,
                                                          monkeypatch):
     fake_free_memory(backend, monkeypatch, [1])  # a GPU with no room
 
-    def no_query(*args):
+    def no_query(i):
         raise AssertionError('free GPU memory asked for a CPU device')
-    if backend.name == 'torch':
-        import torch
-        monkeypatch.setattr(torch.cuda, 'mem_get_info', no_query)
-    else:
-        import mxnet
-        monkeypatch.setattr(mxnet.context, 'gpu_memory_info', no_query)
+    backend.simulate_gpu_memory(monkeypatch, no_query)
     for devices in (backend.stand_ins(2), [backend.cpu()]):
         assert backend.products_that_fit(50, (4000, 4000), devices) == 50
         assert backend.products_that_fit(7, (1000, 1000), devices) == 7

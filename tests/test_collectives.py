@@ -65,13 +65,7 @@ def test_reduce_of_the_gradients_of_get_params_copies(backend, reduce):
     for i, (p,) in enumerate(copies):
         assert backend.is_on(p, devices[i])
     for i, (p,) in enumerate(copies):  # device i gets gradient i + 1
-        if backend.name == 'torch':
-            (p * (i + 1)).sum().backward()
-        else:
-            from mxnet import autograd
-            with autograd.record():
-                loss = (p * (i + 1)).sum()
-            loss.backward()
+        backend.backward(lambda: (p * (i + 1)).sum())
     grads = [p.grad for (p,) in copies]
     getattr(backend, reduce)(grads)
     for (p,), d in zip(copies, devices):
@@ -233,16 +227,6 @@ def test_mxnet_sums_gradients_still_being_computed_without_waiting(
                                    np.full((600, 600), 3.0), rtol=1e-5)
 
 
-def _sender(backend, src, data):
-    """Which device's array the chunk `src` is a piece of."""
-    if backend.name == 'torch':  # stand-in tensors all say 'cpu'
-        ends = [(x.data_ptr(), x.data_ptr() + x.numel() * x.element_size())
-                for x in data]
-        return next(i for i, (lo, hi) in enumerate(ends)
-                    if lo <= src.data_ptr() < hi)
-    return [x.ctx for x in data].index(src.ctx)
-
-
 @pytest.mark.parametrize('k,n', [(2, 12), (3, 12), (4, 13), (5, 7)])
 def test_ring_allreduce_sends_2_k_minus_1_over_k_of_the_data(
         backend, monkeypatch, k, n):
@@ -260,7 +244,7 @@ def test_ring_allreduce_sends_2_k_minus_1_over_k_of_the_data(
         original = getattr(backend.module, hook)
 
         def copy(src, *rest):
-            sent[_sender(backend, src, data)] += src.shape[0]
+            sent[backend.sender(src, data)] += src.shape[0]
             return original(src, *rest)
         return copy
 
@@ -278,7 +262,7 @@ def test_ring_allreduce_of_transposed_arrays(backend):
     values = _values((3, 4), 2, 'float32')
     data = [backend.array(v, d).T for v, d in zip(values, devices)]
     before = _snapshot(backend, data)
-    if backend.name == 'torch':  # a view with strides: refused, untouched
+    if backend.transpose_is_a_view:  # a view with strides: refused
         with pytest.raises(ValueError, match=r'contiguous.*\.contiguous\(\)'):
             backend.ring_allreduce(data)
         _assert_unchanged(backend, data, before)
@@ -314,13 +298,9 @@ def test_split_batch_moves_features_and_labels_to_their_devices(backend):
     go to the `meta` device, which has no data but does have a name."""
     X = backend.array(np.ones((6, 2), np.float32))
     y = backend.array(np.arange(6, dtype=np.int32))
-    if backend.name == 'torch':
-        devices = [backend._fw.device('meta')] * 2
-    else:
-        devices = [backend._fw.npx.cpu(5), backend._fw.npx.cpu(6)]
+    devices = backend.named_devices()
     X_shards, y_shards = backend.split_batch(X, y, devices)
-    where = [s.device if backend.name == 'torch' else s.ctx
-             for s in X_shards + y_shards]
+    where = [backend.device_of(s) for s in X_shards + y_shards]
     assert where == devices + devices
 
 

@@ -126,7 +126,7 @@ def test_two_workers_take_the_same_steps_as_one(runs, framework):
             assert p['seconds_communication'] > 0
             assert p['seconds_total'] >= p['seconds_compute']
         assert result.num_examples == 512 and result.num_epochs == 2
-    assert two.backend == ('gloo' if framework == 'torch' else 'dist_sync')
+    assert two.backend == {'torch': 'gloo', 'mxnet': 'dist_sync'}[framework]
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
