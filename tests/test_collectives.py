@@ -87,25 +87,18 @@ def _assert_unchanged(backend, data, before):
 
 
 @pytest.mark.parametrize('reduce', REDUCES)
-def test_reduce_of_different_shapes(backend, reduce):
-    devices = backend.try_devices(3)
-    data = [backend.array(np.ones(s, np.float32), d)
-            for s, d in zip([(2, 3), (2, 3), (3, 2)], devices)]
+@pytest.mark.parametrize('arrays, error, match', [
+    ([np.ones((2, 3), np.float32), np.ones((2, 3), np.float32),
+      np.ones((3, 2), np.float32)], ValueError,
+     r'arrays of one shape.*\[\(2, 3\), \(2, 3\), \(3, 2\)\]'),
+    ([np.ones(4, np.float32), np.ones(4, np.int32)], TypeError,
+     r'arrays of one dtype.*float32.*int32')], ids=['shapes', 'dtypes'])
+def test_reduce_of_different_shapes_or_dtypes(backend, reduce, arrays, error,
+                                              match):
+    devices = backend.try_devices(len(arrays))
+    data = [backend.array(a, d) for a, d in zip(arrays, devices)]
     before = _snapshot(backend, data)
-    with pytest.raises(ValueError, match=r'arrays of one shape.*'
-                       r'\[\(2, 3\), \(2, 3\), \(3, 2\)\]'):
-        getattr(backend, reduce)(data)
-    _assert_unchanged(backend, data, before)
-
-
-@pytest.mark.parametrize('reduce', REDUCES)
-def test_reduce_of_different_dtypes(backend, reduce):
-    devices = backend.try_devices(2)
-    data = [backend.array(np.ones(4, np.float32), devices[0]),
-            backend.array(np.ones(4, np.int32), devices[1])]
-    before = _snapshot(backend, data)
-    with pytest.raises(TypeError, match=r'arrays of one dtype.*float32.*'
-                       r'int32'):
+    with pytest.raises(error, match=match):
         getattr(backend, reduce)(data)
     _assert_unchanged(backend, data, before)
 

@@ -312,9 +312,10 @@ def start_lab(home, language='en'):
         time.sleep(0.3)
 
 
-@pytest.fixture(scope='module')
-def lab_server(request, chromium_path, sync_playwright):
-    home = pathlib.Path(tempfile.mkdtemp(prefix='d2lpar-lab-'))
+def serve_lab(request, prefix, language='en'):
+    """A `jupyter lab` in a fresh home folder (named from `prefix`), which
+    stops, and the folder goes, when the fixture's scope ends."""
+    home = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
     server = None
 
     def finish():
@@ -323,8 +324,13 @@ def lab_server(request, chromium_path, sync_playwright):
         shutil.rmtree(home, ignore_errors=True)
 
     request.addfinalizer(finish)  # runs whether the tests pass or fail
-    server = start_lab(home)
+    server = start_lab(home, language=language)
     return server
+
+
+@pytest.fixture(scope='module')
+def lab_server(request, chromium_path, sync_playwright):
+    return serve_lab(request, 'd2lpar-lab-')
 
 
 @pytest.fixture(scope='module')

@@ -14,15 +14,12 @@ character as an empty box.
 Kept short for `make test`: one server, one kernel, two cells.
 Screenshot: build/browser/zh-jupyterlab.png.
 """
-import pathlib
-import shutil
-import tempfile
 import urllib.parse
 import uuid
 
 import pytest
 
-from .conftest import start_lab
+from .conftest import serve_lab
 
 NOTEBOOK = 'notebooks/zh/pytorch/auto-parallelism.ipynb'
 LOAD_TIMEOUT = 120_000  # ms
@@ -38,17 +35,7 @@ for epoch in (1, 2, 3):
 
 @pytest.fixture(scope='module')
 def lab_server_zh(request, chromium_path, sync_playwright):
-    home = pathlib.Path(tempfile.mkdtemp(prefix='d2lpar-lab-zh-'))
-    server = None
-
-    def finish():
-        if server is not None:
-            server.stop()
-        shutil.rmtree(home, ignore_errors=True)
-
-    request.addfinalizer(finish)
-    server = start_lab(home, language='zh')
-    return server
+    return serve_lab(request, 'd2lpar-lab-zh-', language='zh')
 
 
 MENU_JS = r"""() => [...document.querySelectorAll(
