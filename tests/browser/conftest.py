@@ -37,12 +37,18 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 import warnings
 
 import pytest
 
 from d2lpar.launch import free_port, stop_group
+
+# The notebook on show, once its kernel is idle
+IDLE = ('.jp-NotebookPanel:not(.lm-mod-hidden) '
+        '.jp-Notebook-ExecutionIndicator[data-status="idle"]')
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / 'build' / 'browser'
@@ -216,6 +222,13 @@ class LabServer:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body = response.read()
             return response.status, json.loads(body) if body else None
+
+    def open(self, page, path, prefix='d2lpar-'):
+        """Open notebook `path` (from the repository's root) in `page`, in
+        a fresh workspace: nothing else is open in the tab."""
+        workspace = prefix + uuid.uuid4().hex[:8]
+        page.goto(f'{self.url}/lab/workspaces/{workspace}/tree/'
+                  f'{urllib.parse.quote(path)}?reset&token={self.token}')
 
     def lab_url(self, path):
         return f'{self.url}/lab/tree/{path}?token={self.token}'

@@ -211,10 +211,10 @@ def report_training(res):
                                             'torch:d2l.train/1'))) + ' |')
     out += scaling
     out += ['', '### Lesson 3: concise training', '',
-            f'ResNet-18 (width {CONCISE["width"]}), {CONCISE["num_train"]} '
-            f'training and {CONCISE["num_test"]} test examples, batch '
-            f'{CONCISE["batch_size"]}, 1 device, end-to-end examples/s '
-            f'(training and test evaluation, wall clock):', '']
+            'ResNet-18 (width {width}), {num_train} training and {num_test} '
+            'test examples, batch {batch_size}, 1 device, end-to-end '
+            'examples/s (training and test evaluation, wall clock):'
+            .format(**CONCISE), '']
     rows = []
     for backend in ('torch', 'mxnet'):
         ours = runs.get(f'{backend}:train_concise') or {}
