@@ -37,7 +37,8 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/ \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
-# Regenerate notebooks/<lang>/<framework>/*.ipynb from notebooks/<lang>/*.md
+# Regenerate notebooks/<lang>/<framework>/*.ipynb from notebooks/<lang>/*.md,
+# and the solutions of the exercises, notebooks/<lang>/<framework>/solutions/
 notebooks:
 	$(PYTHON) tools/notebooks.py build
 
@@ -70,7 +71,8 @@ slides: $(STAMP)
 # training cell of lesson 3 six times slower.
 TEST_ENV := OMP_NUM_THREADS=$(or $(OMP_NUM_THREADS),1)
 
-# Package tests, then every notebook under nbval, in one pytest run.
+# Package tests, then every notebook under nbval (the solutions notebooks
+# in notebooks/<lang>/<framework>/solutions/ too), in one pytest run.
 test: $(STAMP) check-notebooks
 	$(TEST_ENV) $(PY) -m pytest tests notebooks $(NBVAL_FLAGS) $(PYTEST_FLAGS)
 

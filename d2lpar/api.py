@@ -37,7 +37,8 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
 # own framework (tests/test_api.py checks that both define every one)
 BACKEND = [
     'Benchmark', 'Timeline', 'Timer', 'allreduce',
-    'check_finite', 'copy_bandwidth', 'cpu', 'distributed_commands',
+    'check_finite', 'copy_bandwidth', 'cpu', 'direct_allreduce',
+    'distributed_commands',
     'evaluate_accuracy', 'forward_backward', 'get_params', 'gpu', 'launch',
     'lenet', 'lenet_params', 'load_data_fashion_mnist', 'loss',
     'measure_allreduce', 'num_gpus', 'parameter_drift',

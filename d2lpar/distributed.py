@@ -36,7 +36,8 @@ from d2lpar.training import TrainResult
 
 _OUTPUTS = re.compile(r'^(rank\d+\.json|worker\d+\.json|result\.json|'
                       r'params_step1\.npz|torchrun\.log|scheduler\.log|'
-                      r'server\.log|worker-process-\d+\.log)$')
+                      r'server(-\d+)?\.log|server\d+\.json|'
+                      r'worker-process-\d+\.log)$')
 
 
 
@@ -53,6 +54,8 @@ class DistributedResult(TrainResult):
     processes: list = dataclasses.field(default_factory=list)
     out_dir: str = ''
     summary: dict = dataclasses.field(default_factory=dict)  # result.json
+    # MXNet: what each server held (server<i>.json of kvstore_state)
+    servers: list = dataclasses.field(default_factory=list)
 
     @property
     def num_workers(self):
@@ -74,7 +77,7 @@ class DistributedResult(TrainResult):
             backend=self.backend, devices=devices)
 
 
-def _collect(framework, out_dir, prefix, num_workers):
+def _collect(framework, out_dir, prefix, num_workers, num_servers=0):
     import json
     with open(os.path.join(out_dir, 'result.json')) as f:
         summary = json.load(f)
@@ -82,13 +85,22 @@ def _collect(framework, out_dir, prefix, num_workers):
     for r in range(num_workers):
         with open(os.path.join(out_dir, f'{prefix}{r}.json')) as f:
             processes.append(json.load(f))
+    servers = []
+    for i in range(num_servers):  # none: that server created no state
+        path = os.path.join(out_dir, f'server{i}.json')
+        if os.path.exists(path):
+            with open(path) as f:
+                servers.append(json.load(f))
+        else:
+            servers.append({'server': i, 'keys': {}, 'parameter_bytes': 0,
+                            'optimizer_bytes': 0})
     seconds = max(p['seconds_total'] for p in processes)
     epochs = summary['epochs']
     return DistributedResult(
         summary['test_acc'], seconds / epochs,
         [f'{p["device"]} (rank {p["rank"]})' for p in processes], epochs,
         summary['examples'] // epochs, [summary['test_acc']],
-        framework, summary['backend'], processes, out_dir, summary)
+        framework, summary['backend'], processes, out_dir, summary, servers)
 
 
 def _prepare(out_dir, num_workers, timeout):
@@ -245,10 +257,13 @@ ROLES = {'scheduler': N_('scheduler'), 'server': N_('server')}
 
 
 def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
-                   timeout=300, num_gpus=None, use_gpus=None):
+                   timeout=300, num_gpus=None, use_gpus=None, num_servers=1,
+                   bigarray_bound=None):
     """Run ``d2lpar.kvstore_train`` with the ``dist_sync`` KVStore on
-    127.0.0.1: a scheduler (at `port`, default: a free one), one server
-    and `num_workers` workers. Returns a `DistributedResult`. Raises
+    127.0.0.1: a scheduler (at `port`, default: a free one),
+    `num_servers` servers and `num_workers` workers (arrays of more than
+    `bigarray_bound` elements are cut into a part per server; default:
+    MXNet's, a million). Returns a `DistributedResult`. Raises
     RuntimeError, naming the failed worker (or scheduler, or server) with
     the end of its log, when a process fails or `timeout` seconds pass,
     after stopping them all: the others would otherwise wait forever.
@@ -261,14 +276,20 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
     cmd = [sys.executable, '-m', 'd2lpar.kvstore_train', '--out', out_dir,
            *devices, *map(str, script_args)]
     dmlc = {'DMLC_PS_ROOT_URI': HOST, 'DMLC_PS_ROOT_PORT': str(port),
-            'DMLC_NUM_SERVER': '1', 'DMLC_NUM_WORKER': str(num_workers),
-            'DMLC_NODE_HOST': HOST}
+            'DMLC_NUM_SERVER': str(num_servers),
+            'DMLC_NUM_WORKER': str(num_workers), 'DMLC_NODE_HOST': HOST}
+    if bigarray_bound is not None:
+        dmlc['MXNET_KVSTORE_BIGARRAY_BOUND'] = str(bigarray_bound)
     deadline = time.monotonic() + timeout
     with Processes(out_dir) as run:
-        helpers = {}
-        for role in ('scheduler', 'server'):
-            helpers[role] = run.start(role, cmd, python_env(
-                {**dmlc, 'DMLC_ROLE': role}))
+        helpers = {'scheduler': run.start('scheduler', cmd, python_env(
+            {**dmlc, 'DMLC_ROLE': 'scheduler'}))}
+        roles = {'scheduler': 'scheduler'}  # process name -> role
+        for i in range(num_servers):  # server<i>.json says what i holds
+            name = 'server' if num_servers == 1 else f'server-{i}'
+            roles[name] = 'server'
+            helpers[name] = run.start(name, cmd, python_env(
+                {**dmlc, 'DMLC_ROLE': 'server', 'D2LPAR_SERVER': str(i)}))
         workers = {f'worker-process-{i}': run.start(
             f'worker-process-{i}', cmd,
             python_env({**dmlc, 'DMLC_ROLE': 'worker',
@@ -305,7 +326,7 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                 'Stopped all its processes (the workers would wait '
                 'for it forever); see its log, then run the '
                 'training again. End of {log}:', n=num_workers,
-                role=Message(ROLES[failed]),
+                role=Message(ROLES[roles[failed]]),
                 status=_exit_status(helpers[failed]),
                 log=run.logs[failed]) + '\n' + run.tail(failed))
         # Once the workers are done, the scheduler and server exit by
@@ -315,7 +336,7 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                 p.wait(min(10, max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
-    return _collect('mxnet', out_dir, 'worker', num_workers)
+    return _collect('mxnet', out_dir, 'worker', num_workers, num_servers)
 
 
 # --------------------------------------------------------------------------
@@ -323,7 +344,8 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
 # --------------------------------------------------------------------------
 def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
-          crash_at_step=None, out_dir=None, use_gpus=None, sharded=False):
+          crash_at_step=None, out_dir=None, use_gpus=None, sharded=False,
+          optimizer='sgd', pipelined=False):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
@@ -333,7 +355,12 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     else the CPU; False, the CPU; True, GPUs (a ValueError when there are
     fewer than `num_workers`). Runs to be compared should use the same
     kind of device: results of GPU kernels differ from the CPU's by more
-    than rounding (TF32 convolutions, other algorithms)."""
+    than rounding (TF32 convolutions, other algorithms). `sharded`:
+    PyTorch shards the model with FSDP; MXNet runs as many servers as
+    workers, each updating its part of the parameters with its part of
+    the optimizer state (arrays of more than 10000 numbers cut among the
+    servers). `optimizer`: 'sgd' or 'adam'. `pipelined` (PyTorch, two
+    processes): the pipeline MLP of lesson 5 in two GPipe stages."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(error_message(
@@ -344,16 +371,30 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
             'The global batch of {batch_size!s} cannot be cut into {n!s} '
             'equal shards: pass a multiple of {n!s}.',
             batch_size=batch_size, n=num_workers))
-    if sharded and framework != 'torch':
+    if optimizer not in ('sgd', 'adam'):
+        raise ValueError(error_message(
+            "optimizer is 'sgd' or 'adam', got {optimizer!r}.",
+            optimizer=optimizer))
+    if pipelined and framework != 'torch':
         raise NotImplementedError(error_message(
-            'MXNet has no sharded data parallelism like FSDP: see the '
-            'from-scratch ZeRO of lesson 5 (d2l.zero_step).'))
+            'MXNet has no pipeline tool: see the from-scratch GPipe of '
+            'lesson 5 (d2l.gpipe_step).'))
+    if pipelined and (sharded or num_workers != 2):
+        raise ValueError(error_message(
+            'pipelined=True cuts the model into 2 stages: pass num_workers=2 '
+            'and no sharded.'))
     if out_dir is None:
         out_dir = tempfile.mkdtemp(prefix=f'd2lpar-{framework}-'
                                           f'{num_workers}-')
-    args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs]
-    if sharded:
+    args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs,
+            '--optimizer', optimizer]
+    servers = {}
+    if sharded and framework == 'torch':
         args.append('--fsdp')
+    elif sharded:  # a server per worker, each with its part of every array
+        servers = dict(num_servers=num_workers, bigarray_bound=10000)
+    if pipelined:
+        args.append('--pipeline')
     if num_train is not None:
         args += ['--num-train', num_train]
     if num_test is not None:
@@ -362,7 +403,7 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         args += ['--crash-at-step', crash_at_step,
                  '--crash-rank', num_workers - 1]
     result = launch(num_workers, out_dir, args, port=port, timeout=timeout,
-                    use_gpus=use_gpus)
+                    use_gpus=use_gpus, **servers)
     print(result)
     return result
 

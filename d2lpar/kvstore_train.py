@@ -31,9 +31,15 @@ Each worker takes a contiguous shard of every global batch
 ``dist_sync`` the server adds the gradients that all workers push, applies
 SGD with ``rescale_grad = 1 / global batch`` (``trainer.step(B)``), and
 the workers pull the new weights: the same step as one process taking the
-whole global batch. Every worker starts from the values that
-``lenet_params`` draws after ``mx.random.seed(seed)``; worker 0's values
-initialise the server anyway.
+whole global batch. The optimizer is MXNet's SGD, or Adam with ``--optimizer
+adam``, as subclassed in ``d2lpar.kvstore_state``: each server also
+writes the bytes of the optimizer state that it creates to
+OUT/server<i>.json, and each worker notes those of its own updater, which
+stays empty while the servers update. With several servers (and a small
+MXNET_KVSTORE_BIGARRAY_BOUND), each server keeps only its shard of that
+state: ZeRO-1 on the servers (``distributed.train(..., sharded=True)``).
+Every worker starts from the values that ``lenet_params`` draws after
+``mx.random.seed(seed)``; worker 0's values initialise the server anyway.
 
 Timing, per worker and step (MXNet is asynchronous: the clock stops after
 waiting for the results). *Compute*: forward and backward. *Communication*:
@@ -55,6 +61,7 @@ import mxnet as mx  # a scheduler or server serves in here, then exits
 from mxnet import autograd, gluon, np, npx
 from mxnet.gluon import nn
 
+from d2lpar import kvstore_state
 from d2lpar.data import fashion_mnist_arrays
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
@@ -103,6 +110,8 @@ def named_params(net):
 
 def parse_args(argv=None):
     p = training_arguments(__doc__.split('\n\n')[0], 'workers')
+    p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd',
+                   help=_('adam keeps two numbers of state per parameter'))
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
@@ -150,9 +159,11 @@ def main(argv=None):
     total_steps = len(y_train) // B * args.epochs
     schedule = mx.lr_scheduler.CosineScheduler(
         total_steps + 1, args.lr, warmup_steps=1, warmup_begin_lr=args.lr)
-    trainer = gluon.Trainer(net.collect_params(), 'sgd',
-                            {'learning_rate': args.lr,
-                             'lr_scheduler': schedule}, kvstore=kv)
+    kind = kvstore_state.Adam if args.optimizer == 'adam' else \
+        kvstore_state.SGD  # MXNet's, counting what the servers hold
+    optimizer = kind(learning_rate=args.lr, lr_scheduler=schedule)
+    optimizer.out_dir = os.path.abspath(args.out)
+    trainer = gluon.Trainer(net.collect_params(), optimizer, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
     step, compute, communication = 0, 0.0, 0.0
     first_shards = []  # this worker's first shard of each epoch
@@ -194,7 +205,14 @@ def main(argv=None):
             'backend': args.kvstore, 'device': str(ctx), 'steps': step,
             'examples': step * b, 'seconds_compute': compute,
             'seconds_communication': communication, 'seconds_total': total,
-            'first_shard_of_epoch': first_shards}
+            'first_shard_of_epoch': first_shards,
+            # What this worker holds: with the optimizer on the servers,
+            # its own updater never creates a state
+            'parameter_bytes': sum(kvstore_state.state_bytes(p.data())
+                                   for p in net.collect_params().values()),
+            'optimizer_bytes': sum(kvstore_state.state_bytes(s)
+                                   for u in trainer._updaters
+                                   for s in u.states.values())}
     if rank == 0:
         mine['test_acc'] = evaluate(net, X_test, y_test, ctx)
         result = {'framework': 'mxnet', 'world_size': world,

@@ -15,6 +15,8 @@ import tempfile
 import threading
 import time
 
+import numpy as _numpy
+
 from d2lpar import standins as _standins
 
 # Both settings must be in place before MXNet loads.
@@ -144,13 +146,101 @@ def launch(device, fn, *args, queue='compute'):
     the CPU too, and runs each context's operators on threads of its own:
     so `fn` is simply called now, inside `device`'s context, and the
     Future is done at once (its arrays may still be computing). On a GPU
-    the engine copies on streams of its own. Between CPU contexts it copies
-    on the thread of the source context, behind that context's work, so
-    on CPU stand-ins the 'copy' queue cannot overlap the 'compute' one.
-    `synchronize` waits for all of it."""
+    the engine copies on streams of its own. Between CPU contexts it would
+    copy on the thread of the source context, behind that context's work;
+    so on the 'copy' queue of a CPU stand-in, every ``x.copyto(y)`` that
+    `fn` calls between two CPU arrays of one shape and dtype goes to the
+    engine's threads for prioritised CPU work instead (the copy engine of
+    the stand-in), still after the operators that write `x` and before
+    those that use `y`. `synchronize` waits for all of it."""
     _standins.check_queue(queue)
     with device:
+        if queue == 'copy' and device.device_type == 'cpu':
+            with _CopyEngine():
+                return _standins.done(fn(*_standins.resolve(args)))
         return _standins.done(fn(*_standins.resolve(args)))
+
+
+class _Context(ctypes.Structure):  # mxnet::Context, as the C API takes it
+    _fields_ = [('dev_type', ctypes.c_int), ('dev_id', ctypes.c_int)]
+
+
+class _CopyEngine:
+    """Inside ``with _CopyEngine():``, ``x.copyto(y)`` between CPU arrays
+    of one shape and dtype is pushed to MXNet's engine as an operation
+    that reads `x` and writes `y` (see `_Engine`), run once every
+    operator queued before it that writes `x` or uses `y` is done. The
+    copy itself is one memmove (ctypes lets go of the GIL)."""
+    _local = threading.local()
+    _copyto = None  # the ndarray's own copyto, once wrapped
+
+    def __enter__(self):
+        cls = type(self)
+        if cls._copyto is None:
+            cls._copyto = np.ndarray.copyto
+            np.ndarray.copyto = _copyto_on_the_copy_engine
+        cls._local.depth = getattr(cls._local, 'depth', 0) + 1
+        return self
+
+    def __exit__(self, *exc_info):
+        type(self)._local.depth -= 1
+        return False
+
+    @classmethod
+    def active(cls):
+        return getattr(cls._local, 'depth', 0) > 0
+
+
+class _Engine:
+    """Python work pushed to MXNet's engine: an operation that reads one
+    array and writes another (or none), with the property
+    kCPUPrioritized. The engine runs it on its threads for prioritised
+    CPU work (``MXNET_CPU_PRIORITY_NTHREADS``), not on the thread of a
+    context, once the operators queued before it that write what it
+    reads, or use what it writes, are done."""
+    _pending, _lock, _count = {}, threading.Lock(), [0]
+    _PRIORITIZED = ctypes.c_int(3)  # mxnet::FnProperty::kCPUPrioritized
+    _CPU = _Context(1, 0)
+
+    @classmethod
+    def push(cls, read, write, fn, *args):
+        with cls._lock:  # the arrays stay alive until the call
+            cls._count[0] += 1
+            key = cls._count[0]
+            cls._pending[key] = (fn, args, read, write)
+        writes = [] if write is None else [write.handle]
+        check_call(_LIB.MXEnginePushSyncND(
+            _run_on_engine, ctypes.c_void_p(key), None,
+            ctypes.byref(cls._CPU), (ctypes.c_void_p * 1)(read.handle), 1,
+            (ctypes.c_void_p * max(1, len(writes)))(*writes), len(writes),
+            ctypes.byref(cls._PRIORITIZED), 0, b'd2lpar'))
+
+
+def _copyto_on_the_copy_engine(self, other):
+    if (_CopyEngine.active() and isinstance(other, np.ndarray)
+            and self.ctx.device_type == other.ctx.device_type == 'cpu'
+            and self.shape == other.shape and self.dtype == other.dtype
+            and self.size and self.handle.value != other.handle.value):
+        _Engine.push(self, other, _copy, self, other,
+                     self.size * _numpy.dtype(self.dtype).itemsize)
+        return other
+    return _CopyEngine._copyto(self, other)
+
+
+def _copy(src, dst, nbytes):
+    """Run by the engine once `src` is ready and `dst` is free: both are
+    allocated then, so their data pointers are safe to read."""
+    pointers = [ctypes.c_void_p(), ctypes.c_void_p()]
+    for x, pointer in zip((src, dst), pointers):
+        check_call(_LIB.MXNDArrayGetData(x.handle, ctypes.byref(pointer)))
+    ctypes.memmove(pointers[1], pointers[0], nbytes)
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+def _run_on_engine(run_context, key):
+    with _Engine._lock:
+        fn, args, _, _ = _Engine._pending.pop(key)
+    fn(*args)
 
 
 def synchronize(devices=None):
@@ -176,12 +266,15 @@ class Timeline(_timeline.Timeline):
 
     With an MXNet build that has its profiler, ``mx.profiler`` records
     every operator. The pip wheel has it compiled out
-    (``mx.runtime.Features()``); then one watcher thread per device waits,
-    in order, for each result passed to ``watch(arrays, label, kind)`` and
-    notes when it became ready. A bar ends at that moment and starts when
-    the previous result on the same device became ready (or when it was
-    queued, if later). The thread that pushes the work never waits, so
-    MXNet's asynchrony is left intact.
+    (``mx.runtime.Features()``); then ``watch(arrays, label, kind)`` asks
+    the engine to note the time at which each result becomes ready (an
+    operation that only reads it, run on the engine's threads for
+    prioritised CPU work). A bar ends at that moment and starts when the
+    previous result of the same kind on the same device became ready (or
+    when it was queued, if later). Nothing waits while the work is
+    queued, so MXNet's asynchrony is left intact. (``wait_to_read`` would
+    not do: MXNet queues its notice on the thread of ``cpu(0)``, behind
+    the work of that stand-in.)
     """
 
     def __enter__(self):
@@ -196,8 +289,8 @@ class Timeline(_timeline.Timeline):
                                    filename=self._file)
             mx.profiler.set_state('run')
         else:
-            self.source = N_('a watcher thread per device')
-            self._queues, self._threads = {}, []
+            self.source = N_("notes from MXNet's engine")
+            self._watched, self._ready = [], {}
         return self
 
     def watch(self, arrays, label, kind='compute'):
@@ -205,29 +298,17 @@ class Timeline(_timeline.Timeline):
             return arrays
         pushed = time.perf_counter() - self._t0
         for a in _standins.flat(_standins.resolve([arrays])):
-            row = str(a.ctx)
-            if row not in self._queues:
-                self._queues[row] = queue.Queue()
-                thread = threading.Thread(target=self._watch_row, args=(
-                    row, self._queues[row]), daemon=True)
-                thread.start()
-                self._threads.append(thread)
-            self._queues[row].put((label, kind, a, pushed))
+            key = len(self._watched)
+            self._watched.append((label, kind, str(a.ctx), pushed))
+            _Engine.push(a, None, self._note, key)
         return arrays
 
-    def _watch_row(self, row, todo):
-        last = 0.0
-        while (item := todo.get()) is not None:
-            label, kind, array, pushed = item
-            array.wait_to_read()
-            end = time.perf_counter() - self._t0
-            self.events.append(_timeline.Event(label, row, max(pushed, last),
-                                             end, kind))
-            last = end
+    def _note(self, key):
+        self._ready[key] = time.perf_counter() - self._t0
 
     def __exit__(self, *exc_info):
+        npx.waitall()
         if self._profiler:
-            npx.waitall()
             mx.profiler.set_state('stop')
             mx.profiler.dump()
             with open(self._file) as f:
@@ -235,10 +316,13 @@ class Timeline(_timeline.Timeline):
                                                                _kind)
             os.remove(self._file)
         else:
-            for todo in self._queues.values():
-                todo.put(None)
-            for thread in self._threads:
-                thread.join()
+            last = {}  # (row, kind) -> when its previous result was ready
+            for key, (label, kind, row, pushed) in enumerate(self._watched):
+                start = max(pushed, last.get((row, kind), 0.0))
+                end = max(self._ready[key], start)
+                self.events.append(_timeline.Event(label, row, start, end,
+                                                 kind))
+                last[row, kind] = end
             self.events.sort(key=lambda e: e.start)
         return False
 
@@ -409,6 +493,51 @@ def ring_allreduce(data):
             view += _copy_like(flats[i][start:end], flats[j])
         else:
             _copy_into(flats[i][start:end], flats[j][start:end])
+
+
+# The sum of each chunk, one buffer per (device, dtype, chunk), kept from
+# call to call: a fresh 16 MB buffer comes from the kernel and is faulted
+# in page by page (MXNet's CPU memory has no pool).
+_chunk_sums = {}
+
+
+def _chunk_sum(device, dtype, c, n):
+    key = (str(device), str(dtype), c)
+    if key not in _chunk_sums or _chunk_sums[key].shape[0] < n:
+        _chunk_sums[key] = mx.nd.empty((n,), ctx=device, dtype=dtype)
+    return _chunk_sums[key][:n]
+
+
+def direct_allreduce(data):
+    """Like `allreduce`, but every device adds up a chunk of its own: it
+    reads chunk i of every array straight from its device (a
+    reduce-scatter), then sends its sum straight to every device (an
+    all-gather). Each device sends 2(k-1)/k of the data, as in the ring.
+
+    MXNet's engine orders operators by the arrays they read and write, not
+    by the slices: two chunks of one array count as the same array. In the
+    ring, stand-in i+1 reads the array that stand-in i is writing, so its
+    steps ran one after the other (one core busy of two). Here the chunk
+    sums go into buffers of their own, so the k sums only read the arrays
+    and run at once, and so do the k all-gathers, which each write the
+    array of one device."""
+    check_allreduce(data, memory_of=_memory, device_of=_device_of)
+    k = len(data)
+    if k == 1:
+        return
+    flats = [_flat(x).as_nd_ndarray() for x in data]
+    b = _collectives.chunk_bounds(flats[0].shape[0], k)
+    chunks = [c for c in range(k) if b[c] < b[c + 1]]  # n < k: some empty
+    sums = {}
+    for c in chunks:  # device c's own piece first: an MXNet operator runs
+        # on the engine thread of its first input's device
+        parts = [_copy_like(flats[(c + i) % k][b[c]:b[c + 1]], flats[c])
+                 for i in range(k)]
+        sums[c] = _chunk_sum(data[c].ctx, data[c].dtype, c, b[c + 1] - b[c])
+        mx.nd.add_n(*parts, out=sums[c])
+    for c in chunks:
+        for i in range(k):
+            _copy_into(sums[c], flats[(c + i) % k][b[c]:b[c + 1]])
 
 
 def split_batch(X, y, devices):
@@ -680,7 +809,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
                       crash_at_step=None, use_gpus=None,
-                      sharded=False):
+                      sharded=False, optimizer='sgd', pipelined=False):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (the dist_sync KVStore with a scheduler and a server), each on its
     share of every global batch; print and return a `DistributedResult`
@@ -689,13 +818,16 @@ def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
     behind; `crash_at_step` makes the last process fail on purpose.
     The processes train on GPUs when each can have one of its own, else
     on the CPU; `use_gpus` False puts them on the CPU in any case, True
-    requires the GPUs. `sharded` True shards the model with FSDP
-    (PyTorch only; MXNet raises NotImplementedError). Runs to be
-    compared use the same kind of device."""
+    requires the GPUs. `sharded` True runs as many servers as workers,
+    each holding the optimizer state of its part of the parameters
+    (PyTorch: FSDP). `optimizer` is 'sgd' or 'adam'. `pipelined` raises
+    NotImplementedError: MXNet has no pipeline tool (PyTorch's GPipe
+    stages). Runs to be compared use the same kind of device."""
     return _distributed.train('mxnet', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
                               crash_at_step, use_gpus=use_gpus,
-                              sharded=sharded)
+                              sharded=sharded, optimizer=optimizer,
+                              pipelined=pipelined)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,

@@ -11,8 +11,10 @@ on its own half of the cores, and one stand-in alone has only its half.
 PyTorch computes CPU operators in the calling thread, so ``d2lpar.torch``
 uses the workers below (``torch.set_num_threads`` in a worker sets that
 thread's count). MXNet's engine already gives every context ``cpu(i)`` a
-thread of its own; ``d2lpar.mxnet`` only sets its share of the cores
-(``OMP_NUM_THREADS``) and enough temporary workspaces before MXNet loads.
+thread of its own; ``d2lpar.mxnet`` sets its share of the cores
+(``OMP_NUM_THREADS``) and enough temporary workspaces before MXNet loads,
+and sends the copies of a stand-in's copy queue to the engine's threads
+for prioritised CPU work (MXNet would copy on the source context's thread).
 """
 import concurrent.futures
 import queue

@@ -436,6 +436,26 @@ def ring_allreduce(data):
                 flats[j][start:end] = chunk
 
 
+def direct_allreduce(data):
+    """Like `allreduce`, but every device adds up a chunk of its own: it
+    reads chunk i of every array straight from its device (a
+    reduce-scatter), then sends its sum straight to every device (an
+    all-gather). Each device sends 2(k-1)/k of the data, as in the ring."""
+    check_allreduce(data, memory_of=_memory, device_of=_device_of)
+    k = len(data)
+    with torch.no_grad():
+        flats = [_flat(x) for x in data]
+        b = _collectives.chunk_bounds(flats[0].shape[0], k)
+        for c in range(k):
+            own = flats[c][b[c]:b[c + 1]]  # a view: added in place
+            for i in range(1, k):
+                own += _copy_like(flats[(c + i) % k][b[c]:b[c + 1]], own)
+        for c in range(k):
+            for i in range(1, k):
+                flats[(c + i) % k][b[c]:b[c + 1]].copy_(
+                    flats[c][b[c]:b[c + 1]])
+
+
 def split_batch(X, y, devices):
     """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
     shard i on devices[i]. A ValueError if X and y differ in length or
@@ -868,7 +888,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
                       crash_at_step=None, use_gpus=None,
-                      sharded=False):
+                      sharded=False, optimizer='sgd', pipelined=False):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
     global batch; print and return a `DistributedResult` with the times of
@@ -878,12 +898,16 @@ def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
     The processes train on GPUs when each can have one of its own, else
     on the CPU; `use_gpus` False puts them on the CPU in any case, True
     requires the GPUs. `sharded` True shards the model with FSDP
-    (PyTorch only; MXNet raises NotImplementedError). Runs to be
+    (in MXNet: the optimizer state over as many servers as workers).
+    `optimizer` is 'sgd' or 'adam'. `pipelined` True trains lesson 5's
+    pipeline MLP instead, in two GPipe stages, one per process, with
+    torch.distributed.pipelining (MXNet has no such tool). Runs to be
     compared use the same kind of device."""
     return _distributed.train('torch', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
                               crash_at_step, use_gpus=use_gpus,
-                              sharded=sharded)
+                              sharded=sharded, optimizer=optimizer,
+                              pipelined=pipelined)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,

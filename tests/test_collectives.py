@@ -1,12 +1,12 @@
-"""allreduce, ring_allreduce and split_batch: exact sums and shards on every
-device, and clear errors that leave the data untouched."""
+"""allreduce, ring_allreduce, direct_allreduce and split_batch: exact sums
+and shards on every device, and clear errors that leave the data untouched."""
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes
 
-REDUCES = ['allreduce', 'ring_allreduce']
+REDUCES = ['allreduce', 'ring_allreduce', 'direct_allreduce']
 
 
 def _values(shape, k, dtype, seed=0):
@@ -218,6 +218,47 @@ def test_mxnet_sums_gradients_still_being_computed_without_waiting(
     for x in data:
         np.testing.assert_allclose(mxnet_backend.numpy(x),
                                    np.full((600, 600), 3.0), rtol=1e-5)
+
+
+def test_mxnet_direct_allreduce_sums_every_chunk_apart(mxnet_backend,
+                                                      monkeypatch):
+    """MXNet's engine orders operators by whole arrays, not slices: a sum
+    written into a chunk of device c's array would hold up every other
+    device's sum, which reads that array. So chunk c is summed into a
+    buffer of its own, by an operator whose first input lies on device c
+    (MXNet runs it on that device's engine thread)."""
+    mx = mxnet_backend.module.mx
+    memory = mxnet_backend.module._memory
+    sums, add_n = [], mx.nd.add_n
+
+    def spy(*parts, out):
+        sums.append((parts, out))
+        return add_n(*parts, out=out)
+
+    monkeypatch.setattr(mx.nd, 'add_n', spy)
+    devices = mxnet_backend.try_devices(4)
+    values = _values((13,), 4, 'int32')
+    data = _on_devices(mxnet_backend, values, devices)
+    mxnet_backend.direct_allreduce(data)
+    _check_summed(mxnet_backend, data, values, devices)
+    ranges = [(memory(x)[1], memory(x)[1] + x.size * 4) for x in data]
+    assert len(sums) == 4
+    for c, (parts, out) in enumerate(sums):
+        assert len(parts) == 4 and parts[0].ctx == out.ctx == devices[c]
+        assert not any(lo <= memory(out)[1] < hi for lo, hi in ranges)
+
+
+def test_direct_allreduce_twice_without_waiting(backend):
+    """The buffers of the chunk sums are reused from call to call; the
+    second call, queued at once, must not overwrite sums still in use."""
+    devices = backend.try_devices(3)
+    first, second = (_values((10, 3), 3, 'int32', seed) for seed in (1, 2))
+    data1 = _on_devices(backend, first, devices)
+    data2 = _on_devices(backend, second, devices)
+    backend.direct_allreduce(data1)
+    backend.direct_allreduce(data2)
+    _check_summed(backend, data1, first, devices)
+    _check_summed(backend, data2, second, devices)
 
 
 @pytest.mark.parametrize('k,n', [(2, 12), (3, 12), (4, 13), (5, 7)])

@@ -218,11 +218,11 @@ ERRORS = [  # call, its exception type and English text (as it always
     (lambda: sharding.zero_memory(10, 2, 4), ValueError,
      'stage is 0 (no sharding), 1, 2 or 3, got 4.',
      {'fr': 'pas de répartition', 'tr': 'parçalama yok', 'zh': '不分片'}),
-    (lambda: distributed.train('mxnet', 2, sharded=True),
-     NotImplementedError, 'MXNet has no sharded data parallelism like '
-     'FSDP: see the from-scratch ZeRO of lesson 5 (d2l.zero_step).',
-     {'fr': 'parallélisme de données', 'tr': 'veri paralelliği',
-      'zh': '分片数据并行'}),
+    (lambda: distributed.train('mxnet', 2, pipelined=True),
+     NotImplementedError, 'MXNet has no pipeline tool: see the from-scratch '
+     'GPipe of lesson 5 (d2l.gpipe_step).',
+     {'fr': "outil de pipeline", 'tr': 'ardışık düzen aracı',
+      'zh': '流水线工具'}),
 ]
 
 
@@ -230,7 +230,7 @@ ERRORS = [  # call, its exception type and English text (as it always
 @pytest.mark.parametrize('call, kind, text, word', ERRORS, ids=[
     'check_split', 'check_devices', 'read_idx', 'check_lr', 'algorithm',
     'use_gpus', 'products_that_fit', 'collective', 'zero_stage',
-    'sharded_mxnet'])
+    'pipelined_mxnet'])
 def test_an_error_is_translated_then_given_in_english(lang, call, kind,
                                                        text, word, speak):
     english_kind, english = _english_error(call)

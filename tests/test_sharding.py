@@ -207,10 +207,99 @@ def test_gpipe_step_gives_the_gradients_of_the_whole_batch(backend):
         d = (d @ w[i].T) * (acts[i // 2] > 0)
 
 
-def test_mxnet_has_no_sharded_training():
+def test_mxnet_has_no_pipeline_tool():
     from d2lpar import mxnet as d2l
-    with pytest.raises(NotImplementedError, match='FSDP'):
-        d2l.train_distributed(2, sharded=True)
+    with pytest.raises(NotImplementedError, match='pipeline tool'):
+        d2l.train_distributed(2, pipelined=True)
+
+
+def test_the_scripts_pipeline_stages_hold_pipeline_params():
+    import torch
+    from d2lpar import ddp_train
+    from d2lpar import torch as d2l
+    torch.manual_seed(0)
+    expected = d2l.pipeline_params()
+    stages = ddp_train.pipeline_stages(0)
+    for stage, params in zip(stages, expected):
+        got = list(stage.parameters())
+        assert len(got) == len(params)
+        for a, b in zip(got, params):
+            assert torch.equal(a.detach(), b)
+    X = torch.randn(5, 1, 28, 28)
+    H = d2l.stage_forward(X, expected[0])
+    assert torch.allclose(stages[1](stages[0](X)),
+                          d2l.stage_forward(H, expected[1], last=True))
+
+
+def test_torch_pipelining_takes_the_step_of_gpipe_step(monkeypatch):
+    """Two processes run torch.distributed.pipelining's ScheduleGPipe
+    (gloo) on the pipeline MLP: its first loss and its parameters after
+    step 1 are those of d2l.gpipe_step and one SGD step on the same batch."""
+    import torch
+    from d2lpar import distributed
+    from d2lpar import torch as d2l
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    lr, n = 0.2, 512
+    piped = distributed.train('torch', 2, batch_size=128, lr=lr,
+                              num_epochs=1, num_train=n, num_test=256,
+                              timeout=180, use_gpus=False, pipelined=True)
+    assert len(piped.summary['losses']) == n // 128
+    assert all(np.isfinite(piped.summary['losses']))
+    devices = d2l.try_devices(2)
+    torch.manual_seed(0)
+    ours = [[p.to(d).requires_grad_() for p in params]
+            for params, d in zip(d2l.pipeline_params(), devices)]
+    X_train, y_train = d2l.fashion_mnist_arrays(n, 256)[:2]
+    idx = piped.processes[0]['first_shard_of_epoch'][0]
+    assert piped.processes[1]['first_shard_of_epoch'][0] == idx
+    X, y = torch.from_numpy(X_train[idx]), torch.from_numpy(y_train[idx])
+    loss = d2l.gpipe_step(X, y, ours, devices=devices, num_microbatches=4)
+    assert loss == pytest.approx(piped.summary['losses'][0], abs=1e-5)
+    before = [p.detach().clone() for params in ours for p in params]
+    d2l.sgd([p for params in ours for p in params], lr, 1)
+    theirs = piped.first_step_params()
+    assert sorted(theirs) == ['0.0', '0.1', '0.2', '0.3',
+                              '1.0', '1.1', '1.2', '1.3']
+    flat = [p for params in ours for p in params]
+    for s, params in enumerate(ours):
+        for i, p in enumerate(params):
+            np.testing.assert_allclose(theirs[f'{s}.{i}'],
+                                       p.detach().cpu().numpy(), atol=1e-5)
+    # and the step moved the parameters (a test of something)
+    assert max(float((a - b.detach().cpu()).abs().max())
+               for a, b in zip(before, flat)) > 1e-3
+
+
+def test_mxnet_servers_hold_the_optimizer_state_in_shards(monkeypatch):
+    """Adam on one server and on two (sharded=True): the same parameters
+    after step 1 and the same accuracy; no worker holds optimizer state;
+    the servers' states add up to Adam's 8 bytes per parameter, the two
+    servers each hold a part, and each holds twice the bytes of the
+    weights it updates."""
+    from d2lpar import distributed
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    settings = dict(batch_size=128, lr=0.01, num_epochs=1, num_train=512,
+                    num_test=256, timeout=180, use_gpus=False,
+                    optimizer='adam')
+    one = distributed.train('mxnet', 2, **settings)
+    two = distributed.train('mxnet', 2, sharded=True, **settings)
+    first, second = one.first_step_params(), two.first_step_params()
+    for name in first:
+        np.testing.assert_allclose(first[name], second[name], atol=1e-5)
+    assert abs(one.test_acc - two.test_acc) <= 0.02
+    num_params = sum(a.size for a in first.values())
+    for run, k in ((one, 1), (two, 2)):
+        assert [p['optimizer_bytes'] for p in run.processes] == [0, 0]
+        assert all(p['parameter_bytes'] == 4 * num_params
+                   for p in run.processes)
+        held = [s['optimizer_bytes'] for s in run.servers]
+        assert len(held) == k and sum(held) == 8 * num_params
+        assert all(0 < b < 8 * num_params for b in held) or k == 1
+        for s in run.servers:
+            assert s['optimizer_bytes'] == 2 * s['parameter_bytes']
+    # a large weight is cut among the servers: both hold a part of it
+    parts = [{key for key, b in s['keys'].items()} for s in two.servers]
+    assert parts[0] & parts[1]
 
 
 def test_collective_seconds():

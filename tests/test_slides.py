@@ -82,10 +82,11 @@ class Slides(html.parser.HTMLParser):
 
 def lesson_outline(lang, chapter):
     """[(section title, [subsection titles])] of a lesson source, the title
-    of the lesson first; headings inside code fences do not count."""
+    of the lesson first; headings inside code fences and in the solutions
+    block (:begin_solutions: to :end_solutions:) do not count."""
     outline, fence = [], False
     text = (ROOT / 'notebooks' / lang / f'{chapter}.md').read_text('utf-8')
-    for line in text.splitlines():
+    for line in lesson_lines(text):
         if line.startswith('```'):
             fence = not fence
         elif not fence and re.match(r'#{1,2} ', line):
@@ -93,6 +94,25 @@ def lesson_outline(lang, chapter):
         elif not fence and line.startswith('### '):
             outline[-1][1].append(line[4:].strip())
     return outline
+
+
+def lesson_lines(text, solutions=False):
+    """The lines of a source outside its solutions block (or, with
+    solutions=True, inside it)."""
+    inside, kept = False, []
+    for line in text.splitlines():
+        if line.strip() in (':begin_solutions:', ':end_solutions:'):
+            inside = line.strip() == ':begin_solutions:'
+        elif inside == solutions:
+            kept.append(line)
+    return kept
+
+
+def headings(slides):
+    """Every heading of the slides and of the slides below them."""
+    for slide in slides:
+        yield from slide['headings']
+        yield from headings(slide['children'])
 
 
 def plain(title):
@@ -136,6 +156,19 @@ def test_a_slide_per_section_and_a_sub_slide_per_subsection(built):
         for kid in kids:   # no heading of another section inside
             assert [h for h in kid['headings'][1:]
                     if h[0] in ('h1', 'h2', 'h3')] == []
+
+
+def test_the_solutions_are_not_on_the_slides(built):
+    """The worked solutions of the exercises (tools/notebooks.py) go to
+    their own notebook, not to the lesson's slides."""
+    _, path, parser = built
+    text = (ROOT / 'notebooks' / LANG / f'{CHAPTER}.md').read_text('utf-8')
+    answers = [plain(line[4:]) for line in lesson_lines(text, True)
+               if line.startswith('### ')]
+    assert answers, f'{CHAPTER} has no solutions to leave out'
+    shown = {title for _, title in headings(parser.top)}
+    assert shown and not shown & set(answers), shown & set(answers)
+    assert 'solutions:' not in path.read_text(encoding='utf-8')
 
 
 def test_nothing_is_loaded_from_the_network(built):

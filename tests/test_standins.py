@@ -24,6 +24,12 @@ def torch_backend():
     return get_backend('torch')
 
 
+@pytest.fixture
+def mxnet_backend():
+    from conftest import get_backend
+    return get_backend('mxnet')
+
+
 def test_launch_on_a_stand_in_computes_what_the_cpu_computes(backend):
     x = backend.array(np.arange(16, dtype=np.float32).reshape(4, 4))
     expected = backend.numpy(x @ x)
@@ -184,3 +190,110 @@ def test_timeline_shows_two_stand_ins_overlapping(torch_backend):
     assert set(spans) == {'cpu:0', 'cpu:1'}
     a, b = spans['cpu:0'], spans['cpu:1']
     assert a.start < b.end and b.start < a.end, 'the rows do not overlap'
+
+
+# --------------------------------------------------------------------------
+# MXNet: the copy queue of a CPU stand-in
+# --------------------------------------------------------------------------
+def _block_engine_thread(mx_module, device, gate):
+    """Queue on `device` an operation that holds its engine thread until
+    `gate` is set (or WAIT seconds pass); returns what must stay alive."""
+    import ctypes
+    d2l = mx_module
+    hold = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda run_context, param: gate.wait(2 * WAIT))
+    context = d2l._Context(1, device.device_id)
+    d2l.check_call(d2l._LIB.MXEnginePushSync(
+        hold, None, None, ctypes.byref(context), None, 0, None, 0, None, 0,
+        b'test_hold'))
+    return hold
+
+
+def test_mxnet_copy_queue_copies_while_the_stand_in_computes(
+        mxnet_backend, monkeypatch):
+    """On a CPU stand-in MXNet's engine copies on the thread of the source
+    context, behind its products; the copy queue must not: here the
+    stand-in's thread is held until the copy is seen done. (The copy is
+    seen done by its own callback: ``wait_to_read`` would queue its
+    notice on the held thread of cpu(0).)"""
+    d2l = mxnet_backend.module
+    device = d2l.try_devices(1)[0]
+    x = d2l.np.full((1000,), 2.0, ctx=device)
+    buffer = d2l.np.zeros((1000,), ctx=d2l.npx.cpu())
+    d2l.synchronize()
+    gate, copied = threading.Event(), threading.Event()
+    copy = d2l._copy
+
+    def seen(*args):
+        copy(*args)
+        copied.set()
+
+    monkeypatch.setattr(d2l, '_copy', seen)
+    hold = _block_engine_thread(d2l, device, gate)
+    d2l.launch(device, lambda a, b: a.copyto(b), x, buffer, queue='copy')
+    try:
+        assert copied.wait(WAIT), 'the copy waited for the stand-in'
+    finally:
+        gate.set()
+        d2l.synchronize()
+    del hold
+    np.testing.assert_array_equal(mxnet_backend.numpy(buffer),
+                                  np.full(1000, 2.0))
+
+
+def test_mxnet_copies_on_the_copy_queue_equal_what_was_computed(
+        mxnet_backend):
+    """The lesson's pattern: each product queued on the stand-in, then its
+    copy on the copy queue; each copy waits for its product, and what
+    reads a copy afterwards waits for the copy."""
+    d2l = mxnet_backend.module
+    mx_np = d2l.np
+    device = d2l.try_devices(1)[0]
+    a = mx_np.random.uniform(size=(300, 16), ctx=device)
+    b = mx_np.random.uniform(size=(16, 300), ctx=device)
+    y = [mx_np.empty((300, 300), ctx=device) for _ in range(20)]
+    y_cpu = [mx_np.empty((300, 300), ctx=d2l.npx.cpu()) for _ in range(20)]
+
+    def products(a, b, y):
+        for t in y:
+            mx_np.dot(a, b, out=t)
+        return y
+
+    def copy_to_cpu(y, y_cpu):
+        for t, buffer in zip(y, y_cpu):
+            t.copyto(buffer)
+
+    read_back = []
+    for t, buffer in zip(y, y_cpu):
+        product = d2l.launch(device, products, a, b, [t])
+        d2l.launch(device, copy_to_cpu, product, [buffer], queue='copy')
+        read_back.append(buffer * 1)  # queued at once, after the copy
+    d2l.synchronize()
+    expected = mxnet_backend.numpy(mx_np.dot(a, b))
+    for t, buffer, again in zip(y, y_cpu, read_back):
+        np.testing.assert_array_equal(mxnet_backend.numpy(t), expected)
+        np.testing.assert_array_equal(mxnet_backend.numpy(buffer), expected)
+        np.testing.assert_array_equal(mxnet_backend.numpy(again), expected)
+
+
+def test_mxnet_timeline_sees_a_result_while_cpu0_is_busy(mxnet_backend):
+    """The timeline notes when each result is ready without going through
+    the thread of cpu(0): a result of cpu(1) is seen while cpu(0) is held
+    (``wait_to_read`` queues its notice there)."""
+    d2l = mxnet_backend.module
+    devices = d2l.try_devices(2)
+    x = d2l.np.ones((50, 50), ctx=devices[1])
+    d2l.synchronize()
+    gate = threading.Event()
+    with d2l.Timeline() as tl:
+        hold = _block_engine_thread(d2l, devices[0], gate)
+        try:
+            tl.watch(d2l.np.dot(x, x), 'on cpu(1)')
+            deadline = time.monotonic() + WAIT
+            while not tl._ready and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert tl._ready, 'the note waited for cpu(0)'
+        finally:
+            gate.set()
+    del hold
+    assert [(e.name, e.row) for e in tl.events] == [('on cpu(1)', 'cpu(1)')]

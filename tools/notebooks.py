@@ -3,6 +3,7 @@
 Usage::
 
     python tools/notebooks.py build   # write notebooks/<lang>/<fw>/*.ipynb
+                                      # and <lang>/<fw>/solutions/*.ipynb
     python tools/notebooks.py check   # fail if a committed notebook is stale
 
 A source is ``notebooks/<lang>/<chapter>.md`` in the d2l book's markdown:
@@ -20,6 +21,20 @@ A source is ``notebooks/<lang>/<chapter>.md`` in the d2l book's markdown:
 
 A ``#@check`` cell without an output block for each framework it goes to
 is an error, as is an output block after a cell without ``#@check``.
+
+Worked solutions of the exercises sit in the source after the lesson's
+exercises, between a line ``:begin_solutions:`` and a line
+``:end_solutions:`` (outside any tab): per exercise a ``### `` heading,
+prose (the model answer) and code cells written as above. The lesson's
+notebook leaves the whole block out (and so do its slides); it goes to
+``notebooks/<lang>/<fw>/solutions/<chapter>.ipynb``, after a header
+(links to the same solutions in the other languages and framework, and to
+the lesson), a title made of the lesson's title and a word like
+"Solutions", and the lesson's first code cell of that framework (its
+imports), so that the solutions run on their own, under nbval like the
+lessons. Their outputs are not compared (no ``#@check`` in the block: they
+vary with the machine). A block not closed, a second block, a block
+inside a tab or an ``:end_solutions:`` without its beginning is an error.
 
 Each notebook opens with a header linking the same lesson in the other
 languages and the other framework. Headings ``#``, ``##`` and ``###``
@@ -45,6 +60,13 @@ FENCE = re.compile(r'^```\{\.python \.(input|output)\}\s*$')
 TAB = re.compile(r'^#@tab (pytorch|mxnet|all)\s*$')
 BEGIN_TAB = re.compile(r'^:begin_tab:`(pytorch|mxnet)`\s*$')
 HEADING = re.compile(r'^(#{1,3}) ')
+BEGIN_SOLUTIONS, END_SOLUTIONS = ':begin_solutions:', ':end_solutions:'
+# The title of a solutions notebook ("<lesson title>: Solutions") and the
+# link back to the lesson, in each language.
+SOLUTIONS_WORDS = {'en': (': Solutions', 'Lesson: '),
+                   'fr': ('\u00a0: solutions', 'Leçon\u00a0: '),
+                   'tr': (': Çözümler', 'Ders: '),
+                   'zh': ('：习题解答', '课程：')}
 # Where a slideshow (RISE in JupyterLab, `make slides`) starts a new slide:
 # the title and every `## ` section; every `### ` is a sub-slide below it.
 SLIDE_TYPES = {1: 'slide', 2: 'slide', 3: 'subslide'}
@@ -55,15 +77,21 @@ class SourceError(ValueError):
     pass
 
 
-def parse(text, where):
+def parse(text, where, part='lesson'):
     """Split a source into blocks: ('md', fw|None, text, None) and
-    ('input'|'output', fw, lines, 'where:line')."""
+    ('input'|'output', fw, lines, 'where:line'), those of the lesson
+    (part='lesson') or those between :begin_solutions: and
+    :end_solutions: (part='solutions')."""
     blocks, prose, tab = [], [], None
     lines = text.splitlines()
     i = 0
+    inside, opened = False, None  # in the solutions block; its line
+
+    def keep():
+        return inside == (part == 'solutions')
 
     def flush():
-        if ''.join(prose).strip():
+        if ''.join(prose).strip() and keep():
             blocks.append(('md', tab, '\n'.join(prose).strip('\n'), None))
         prose.clear()
 
@@ -82,9 +110,30 @@ def parse(text, where):
             if not t:
                 raise SourceError(f'{where}:{i + 2}: a fence must start '
                                   f'with #@tab pytorch|mxnet|all')
-            blocks.append((m.group(1), t.group(1), body[1:],
-                           f'{where}:{i + 1}'))
+            if inside and '#@check' in body:
+                raise SourceError(f'{where}:{i + 1}: #@check in the '
+                                  f'solutions: their outputs are not compared '
+                                  f'(tools/pin_outputs.py pins the lessons)')
+            if keep():
+                blocks.append((m.group(1), t.group(1), body[1:],
+                               f'{where}:{i + 1}'))
             i = end + 1
+            continue
+        if line.strip() in (BEGIN_SOLUTIONS, END_SOLUTIONS):
+            begin = line.strip() == BEGIN_SOLUTIONS
+            if tab:
+                raise SourceError(f'{where}:{i + 1}: {line.strip()} inside '
+                                  f'a tab ({tab}); close the tab first')
+            if begin and opened:
+                raise SourceError(f'{where}:{i + 1}: a second '
+                                  f'{BEGIN_SOLUTIONS} (one block per lesson)')
+            if not begin and not inside:
+                raise SourceError(f'{where}:{i + 1}: {END_SOLUTIONS} without '
+                                  f'{BEGIN_SOLUTIONS}')
+            flush()
+            inside = begin
+            opened = opened or i + 1
+            i += 1
             continue
         b = BEGIN_TAB.match(line)
         if b:
@@ -99,6 +148,9 @@ def parse(text, where):
         else:
             prose.append(line)
         i += 1
+    if inside:
+        raise SourceError(f'{where}:{opened}: {BEGIN_SOLUTIONS} without '
+                          f'{END_SOLUTIONS}')
     flush()
     return blocks
 
@@ -114,11 +166,28 @@ def header(lang, fw, chapter):
             f'[{FRAMEWORKS[other]}](../{other}/{chapter}.ipynb)')
 
 
-def notebook(blocks, lang, fw, chapter):
-    cells = [{'cell_type': 'markdown',
-              'metadata': {'tags': ['header'],
-                           'slideshow': {'slide_type': 'skip'}},
-              'source': header(lang, fw, chapter)}]
+def solutions_header(lang, fw, chapter, title):
+    links = ' · '.join(
+        f'**{name}**' if code == lang else
+        f'[{name}](../../../{code}/{fw}/solutions/{chapter}.ipynb)'
+        for code, name in LANGS.items())
+    other = [f for f in FRAMEWORKS if f != fw][0]
+    words = HEADER_WORDS[lang]
+    return (f'{words[0]}{links}  \n{words[1]}**{FRAMEWORKS[fw]}** · '
+            f'[{FRAMEWORKS[other]}](../../{other}/solutions/{chapter}.ipynb)'
+            f'  \n{SOLUTIONS_WORDS[lang][1]}[{title}]'
+            f'(../{chapter}.ipynb)')
+
+
+def _header_cell(text):
+    return {'cell_type': 'markdown',
+            'metadata': {'tags': ['header'],
+                         'slideshow': {'slide_type': 'skip'}},
+            'source': text}
+
+
+def _cells(blocks, fw, cells):
+    """Append to `cells` the cells of `blocks` that go to framework fw."""
     unanswered = None  # where a #@check cell waiting for its output is
     for kind, tab, body, at in blocks:
         if tab not in (None, 'all', fw):
@@ -158,24 +227,58 @@ def notebook(blocks, lang, fw, chapter):
     if unanswered:
         raise SourceError(f'{unanswered}: a #@check cell needs an output '
                           f'block for {fw}')
+    return cells
+
+
+def _finish(cells, lang, fw, chapter, solutions=False):
     for n, cell in enumerate(cells):
-        cell['id'] = f'{chapter}-{n:03d}'
+        cell['id'] = (f'{chapter}-solutions-{n:03d}' if solutions
+                      else f'{chapter}-{n:03d}')
         for key in ('source', ):
             lines = cell[key].splitlines(keepends=True)
             cell[key] = lines
         for out in cell.get('outputs', []):
             out['text'] = out['text'].splitlines(keepends=True)
+    about = {'language': lang, 'framework': fw,
+             'source': f'{lang}/{chapter}.md'}
+    if solutions:
+        about['solutions'] = True
     return {'cells': cells,
             'metadata': {
                 'kernelspec': {'display_name': 'Python 3 (ipykernel)',
                                'language': 'python', 'name': 'python3'},
                 'language_info': {'name': 'python'},
-                'd2lpar': {'language': lang, 'framework': fw,
-                           'source': f'{lang}/{chapter}.md'},
+                'd2lpar': about,
                 # RISE, the slideshow in JupyterLab: long sections scroll,
                 # and the theme loads no font from the network
                 'rise': dict(RISE)},
             'nbformat': 4, 'nbformat_minor': 5}
+
+
+def notebook(blocks, lang, fw, chapter):
+    cells = [_header_cell(header(lang, fw, chapter))]
+    return _finish(_cells(blocks, fw, cells), lang, fw, chapter)
+
+
+def title_of(blocks):
+    """The lesson's title: its first `# ` heading, without the `# `."""
+    for kind, _, body, _ in blocks:
+        if kind == 'md' and body.startswith('# '):
+            return body.splitlines()[0][2:].strip()
+    return ''
+
+
+def solutions_notebook(lesson_blocks, blocks, lang, fw, chapter):
+    """The solutions notebook: header, '<title>: Solutions', the lesson's
+    first code cell of framework fw (without #@check), then `blocks`."""
+    name = title_of(lesson_blocks)
+    first = next(([(kind, tab, [line for line in body if line != '#@check'],
+                    at)] for kind, tab, body, at in lesson_blocks
+                  if kind == 'input' and tab in ('all', fw)), [])
+    title = ('md', None, f'# {name}{SOLUTIONS_WORDS[lang][0]}', None)
+    cells = [_header_cell(solutions_header(lang, fw, chapter, name))]
+    _cells([title] + first + list(blocks), fw, cells)
+    return _finish(cells, lang, fw, chapter, solutions=True)
 
 
 def render(nb):
@@ -191,11 +294,17 @@ def targets(root=ROOT):
     out = {}
     for src in sources(root):
         lang, chapter = src.parent.name, src.stem
-        blocks = parse(src.read_text(encoding='utf-8'),
-                       src.relative_to(root.parent))
+        text = src.read_text(encoding='utf-8')
+        where = src.relative_to(root.parent)
+        blocks = parse(text, where)
+        answers = parse(text, where, 'solutions')
         for fw in FRAMEWORKS:
             path = root / lang / fw / f'{chapter}.ipynb'
             out[path] = render(notebook(blocks, lang, fw, chapter))
+            if answers:
+                path = root / lang / fw / 'solutions' / f'{chapter}.ipynb'
+                out[path] = render(solutions_notebook(blocks, answers, lang,
+                                                      fw, chapter))
     return out
 
 
@@ -214,7 +323,8 @@ def main(argv, root=ROOT):
         stale = [p for p, text in built.items()
                  if not p.exists() or p.read_text(encoding='utf-8') != text]
         known = set(built)
-        extra = [p for p in root.glob('*/*/*.ipynb') if p not in known]
+        extra = [p for pattern in ('*/*/*.ipynb', '*/*/solutions/*.ipynb')
+                 for p in root.glob(pattern) if p not in known]
         for p in stale:
             print(f'stale: {p.relative_to(root.parent)} does not match its '
                   f'source; run `make notebooks` and commit the result')

@@ -12,7 +12,9 @@ by default) and ``<out>/index.html``, which links them all.
 A slideshow is the lesson's notebook, built from its source by
 tools/notebooks.py, which marks the title and every ``##`` section as a
 slide and every ``###`` as a sub-slide (below its section: the down arrow),
-and skips the header of links. nbconvert's slides exporter turns it into
+and skips the header of links; the worked solutions of the exercises
+(the source's ``:begin_solutions:`` block) are not in that notebook, so
+not on the slides either. nbconvert's slides exporter turns it into
 reveal.js with the template in tools/slides_template/, which loads nothing
 from the network: reveal.js (5.x, from the pinned ``sphinx-revealjs``,
 installed without its Sphinx by ``make venv``) and MathJax 2 (from the

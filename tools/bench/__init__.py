@@ -21,8 +21,9 @@ machine, so the tables can be compared between machines, not the seconds.
 
 Sections:
 
-1. Allreduce: ``d2l.allreduce`` and ``d2l.ring_allreduce`` of both backends
-   (``d2l.measure_allreduce`` on ``d2l.try_devices(k)``) and
+1. Allreduce: ``d2l.allreduce``, ``d2l.ring_allreduce`` and
+   ``d2l.direct_allreduce`` of both backends (``d2l.measure_allreduce`` on
+   ``d2l.try_devices(k)``) and
    ``torch.distributed.all_reduce`` over gloo (k processes on 127.0.0.1),
    as a fraction of the one-host limit 2kN / memory-copy bandwidth on CPU
    stand-ins (on GPUs: the ring of the cost model on the link between them).

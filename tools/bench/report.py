@@ -93,7 +93,11 @@ def report_allreduce(res):
                'memory. MXNet\'s copies run at its own copy bandwidth (above);'
                ' its allreduce copies between contexts into fresh arrays, its '
                'ring reads the other stand-ins\' chunks in place (one memory) '
-               'and copies only in the all-gather.')
+               'and copies only in the all-gather, but its steps run one '
+               'after the other (MXNet orders operators by whole arrays, and '
+               'each step writes an array the next one reads); '
+               'direct_allreduce sums each chunk into a buffer of its own, so '
+               'the stand-ins add and copy at the same time.')
     for backend, error in res['errors'].items():
         out.append(f'\n**{backend}: no data** ({error})')
     headers = ['algorithm', 'N', 'time (ms)', 'algbw (GB/s)',
@@ -110,6 +114,8 @@ def report_allreduce(res):
                     link += ' (device 0)'
                 elif r['model'] == 'gloo':
                     link += ' (ring-like)'
+                elif r['model'] == 'direct':
+                    link += ' per device'
                 else:
                     link += ' per link'
                 rows.append([
@@ -123,7 +129,9 @@ def report_allreduce(res):
     out += ['', 'Cost model: naive moves 2(k-1)N in all, all of it through '
             'device 0; the ring moves 2(k-1)N too, but only 2(k-1)N/k on '
             'each link; gloo is ring-like. On one host the ring moves as '
-            'many bytes as the naive version, so it cannot win here; across '
+            'many bytes as the naive version, so it cannot win here; direct '
+            'moves 2(k-1)N too, 2(k-1)N/k from each device (every device '
+            'sums a chunk, then sends it to every other one); across '
             'devices with their own links, the naive version pushes 2(k-1)N '
             'through one device while the ring puts 2(k-1)/k·N on each '
             'link.']

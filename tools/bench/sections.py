@@ -20,8 +20,10 @@ from tools.bench.running import run_ranks, run_worker
 ALGORITHMS = [  # (label, source, name in the rows, cost model)
     ('d2lpar.torch allreduce', 'torch', 'allreduce', 'naive'),
     ('d2lpar.torch ring_allreduce', 'torch', 'ring_allreduce', 'ring'),
+    ('d2lpar.torch direct_allreduce', 'torch', 'direct_allreduce', 'direct'),
     ('d2lpar.mxnet allreduce', 'mxnet', 'allreduce', 'naive'),
     ('d2lpar.mxnet ring_allreduce', 'mxnet', 'ring_allreduce', 'ring'),
+    ('d2lpar.mxnet direct_allreduce', 'mxnet', 'direct_allreduce', 'direct'),
     ('torch.distributed gloo all_reduce', 'gloo', 'all_reduce', 'gloo'),
 ]
 

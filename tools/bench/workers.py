@@ -31,7 +31,8 @@ def worker_allreduce(spec):
     for k in spec['counts']:
         for nbytes in spec['sizes']:
             rows += d2l.measure_allreduce(
-                [d2l.allreduce, d2l.ring_allreduce], [nbytes // 4], [k],
+                [d2l.allreduce, d2l.ring_allreduce, d2l.direct_allreduce],
+                [nbytes // 4], [k],
                 repeat_for(nbytes, spec['repeat']))
     bw_end = best_copy_bandwidth(d2l)
     # On GPUs the limit is the link between them, not memory: the ring of
