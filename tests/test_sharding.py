@@ -215,11 +215,11 @@ def test_mxnet_has_no_pipeline_tool():
 
 def test_the_scripts_pipeline_stages_hold_pipeline_params():
     import torch
-    from d2lpar import ddp_train
+    from d2lpar import pipeline_train
     from d2lpar import torch as d2l
     torch.manual_seed(0)
     expected = d2l.pipeline_params()
-    stages = ddp_train.pipeline_stages(0)
+    stages = pipeline_train.pipeline_stages(0)
     for stage, params in zip(stages, expected):
         got = list(stage.parameters())
         assert len(got) == len(params)
