@@ -8,7 +8,7 @@ from d2lpar.cost import (  # noqa: F401
     LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model)
 from d2lpar.data import (  # noqa: F401
     DataError, data_dir, fashion_mnist_arrays)
-from d2lpar.distributed import DistributedResult  # noqa: F401
+from d2lpar.runs import DistributedResult  # noqa: F401
 from d2lpar.i18n import say_once, source_code, use_language  # noqa: F401
 from d2lpar.plots import (  # noqa: F401
     Animator, plot_allreduce, plot_drift, plot_processes, plot_scaling,

@@ -52,6 +52,26 @@ process updates its own stage; *compute* includes the sends and receives.
 Writes OUT/rank{r}.json per process and, on rank
 0, OUT/params_step1.npz (the parameters after the first step) and
 OUT/result.json (test accuracy, and every process's times).
+
+With ``--checkpoint DIR`` rank 0 saves the model, the optimizer, the
+number of epochs done and the seed of the data order to
+DIR/checkpoint.pt after every epoch, atomically (`save_checkpoint`), and a
+run that finds that file resumes after its last epoch (`resume`): under
+``torchrun --max-restarts 1``, a process that dies makes torchrun stop
+the others and start them all again, and they go on from the checkpoint.
+``--fail-at-step N`` kills the last rank with SIGKILL at step N, the
+first time only (a file in OUT remembers), to watch that happen. With
+``--amp`` the forward pass runs in bfloat16 on a CPU
+(``torch.autocast('cpu')``) and in float16 on a GPU, with a
+``GradScaler``; the parameters, and the evaluation, stay in float32.
+
+With ``--accumulate N`` each process cuts its shard into N micro-batches
+and adds up their gradients, communicating only in the backward pass of
+the last one (``no_sync``); the hook counts the allreduces. At the end
+every process counts the correct answers on its share of the test set
+and one allreduce adds up the counts (``evaluate_shared``); rank 0 also
+evaluates alone, for comparison. ``sharded_loader`` shows the standard
+way to shard data (``DistributedSampler``, ``set_epoch``).
 """
 import os
 import socket
@@ -67,10 +87,15 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from d2lpar.data import fashion_mnist_arrays
+from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
+    CHECKPOINT, Precision, accumulate_gradients, count_correct, evaluate,
+    evaluate_shared, first_indices, fresh_store, make_optimizer, restarts,
+    resume, save_checkpoint, sharded_loader)
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
-from d2lpar.scripts import shards_of_epoch, training_arguments, write_json
+from d2lpar.scripts import (
+    checkpoint_arguments, shards_of_epoch, training_arguments, write_json)
 from d2lpar.training import learning_rate
 
 
@@ -114,6 +139,7 @@ class CommTimer:
     def __init__(self, cuda):
         self.cuda, self.steps = cuda, []
         self.spans, self.handed_over = [], None
+        self.allreduces = 0  # calls of the hook: buckets sent, all steps
         self.origin = self.mark()
 
     def mark(self):
@@ -167,6 +193,7 @@ def timed_allreduce(timer, bucket):
     set in `done` comes after the allreduce: a callback of a future on
     GPUs runs on streams that wait for that future's kernels."""
     start = timer.handed_over = timer.mark()
+    timer.allreduces += 1
 
     def done(fut):
         timer.spans.append((start, timer.mark()))
@@ -185,6 +212,13 @@ def parse_args(argv=None):
     p.add_argument('--fsdp', action='store_true',
                    help=_('shard parameters, gradients and optimizer state '
                           'with FSDP (fully_shard) instead of DDP'))
+    checkpoint_arguments(p)
+    p.add_argument('--amp', action='store_true',
+                   help=_('mixed precision: bfloat16 on a CPU, float16 with '
+                          'a gradient scaler on a GPU'))
+    p.add_argument('--accumulate', type=int, default=1,
+                   help=_('micro-batches per step: gradients are added up '
+                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -204,6 +238,10 @@ def main(argv=None):
             '--batch-size {B} cannot be cut into {world} equal shards: pass '
             'a multiple of {world}.', B=B, world=world))
     b = B // world  # this process's shard of every global batch
+    if args.accumulate < 1 or b % args.accumulate:
+        raise ValueError(error_message(
+            'A shard of {b} examples cannot be cut into {n} equal '
+            'micro-batches (--accumulate).', b=b, n=args.accumulate))
     gpu, notice = choose_gpu(
         0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
     if notice and local_rank == 0:
@@ -215,7 +253,8 @@ def main(argv=None):
     else:
         device = torch.device('cpu')
     backend = 'nccl' if cuda else 'gloo'
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, store=fresh_store(rank, world),
+                            rank=rank, world_size=world)
 
     X_train, y_train, X_test, y_test, source = fashion_mnist_arrays(
         args.num_train, args.num_test)
@@ -227,6 +266,10 @@ def main(argv=None):
         return train_pipeline(args, rank, world, device, backend,
                               (X_train, y_train, X_test, y_test, source))
     timer = CommTimer(cuda)
+    if args.fsdp and args.checkpoint:
+        raise ValueError(error_message(
+            '--checkpoint does not work with --fsdp here: a sharded model '
+            'is saved with torch.distributed.checkpoint.'))
     if args.fsdp:  # each process keeps 1/world of every layer's tensors
         model = Sharded(lenet(initial_params(args.seed)).to(device))
     else:
@@ -235,15 +278,18 @@ def main(argv=None):
             device_ids=[local_rank] if cuda else None)
         model.register_comm_hook(timer, timed_allreduce)
     optimizer = make_optimizer(args, model.parameters())
+    precision = Precision(args.amp, cuda)  # float32 unless --amp
     total_steps = len(y_train) // B * args.epochs
     loss_fn = nn.CrossEntropyLoss()  # mean over this process's shard
-    step = 0
-    first_shards = []  # this process's first shard of each epoch
+    order = {'seed': args.seed, 'num_train': len(y_train), 'batch_size': B}
+    # Go on after the last epoch of a checkpoint, if there is one
+    done, step = resume(args, model, optimizer, precision, order)
+    first_shards = [None] * done  # this process's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     dist.barrier()  # start the clocks together
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(done, args.epochs):
         for step, idx in shards_of_epoch(args, len(y_train), rank, world,
                                          epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
@@ -255,12 +301,13 @@ def main(argv=None):
                 group['lr'] = learning_rate(step - 1, args.lr, 0,
                                             total_steps)
             optimizer.zero_grad()
-            loss = loss_fn(model(X), y)
-            loss.backward()  # DDP averages the gradients over processes
+            # DDP averages the gradients over processes
+            loss = accumulate_gradients(model, loss_fn, X, y,
+                                        args.accumulate, precision)
             if args.fsdp:  # no hook: computing includes communicating
                 timer.handed_over = timer.mark()
             timer.end_step(t0)
-            optimizer.step()
+            precision.step(optimizer)
             # FSDP: every process gathers the whole tensors
             if step == 1 and (args.fsdp or rank == 0):
                 whole = {k: v.full_tensor() if args.fsdp else v for k, v in
@@ -274,6 +321,12 @@ def main(argv=None):
                     '{seconds:.1f} sec').format(
                 epoch=epoch + 1, loss=loss.item(),
                 seconds=time.perf_counter() - start), flush=True)
+            if args.checkpoint:  # after every epoch
+                save_checkpoint(os.path.join(args.checkpoint, CHECKPOINT), {
+                    'model': model.module.state_dict(),
+                    'optimizer': optimizer.state_dict(),
+                    'precision': precision.state_dict(),
+                    'epoch': epoch + 1, 'step': step, 'data_order': order})
     compute, communication = timer.seconds()  # waits for the GPU
     total = time.perf_counter() - start
 
@@ -282,20 +335,33 @@ def main(argv=None):
             'device': str(device), 'steps': step, 'examples': step * b,
             'seconds_compute': compute,
             'seconds_communication': communication, 'seconds_total': total,
-            'first_shard_of_epoch': first_shards}
+            'first_shard_of_epoch': first_shards,
+            'accumulate': args.accumulate, 'allreduces': timer.allreduces}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
     if args.fsdp:  # a forward pass gathers parameters: all processes take it
         acc = evaluate(model.module, X_test, y_test, device)
+    else:  # every process counts on its share of the test set
+        correct, counted = evaluate_shared(model.module, X_test, y_test,
+                                           device, rank, world)
+        acc = correct / counted
     if rank == 0:
-        mine['test_acc'] = (acc if args.fsdp else
-                            evaluate(model.module, X_test, y_test, device))
+        mine['test_acc'] = acc
+        if not args.fsdp:  # for comparison: rank 0 alone, the whole set
+            mine['test_counted'] = counted
+            mine['test_acc_rank0_alone'] = evaluate(model.module, X_test,
+                                                    y_test, device)
         result = {'framework': 'torch', 'world_size': world,
                   'backend': backend, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
                   'num_train': len(y_train), 'num_test': len(y_test),
                   'data': source, 'steps': step,
                   'examples': step * B, 'test_acc': mine['test_acc'],
+                  'restarts': restarts(), 'resumed_after_epoch': done,
+                  'amp': precision.name, 'output_dtype': precision.seen,
+                  'test_acc_rank0_alone': mine.get('test_acc_rank0_alone'),
+                  'test_counted': mine.get('test_counted'),
+                  'accumulate': args.accumulate,
                   'seconds_total': max(p['seconds_total'] for p in everyone),
                   'processes': everyone}
         write_json(os.path.join(args.out, 'result.json'), result)
@@ -305,11 +371,6 @@ def main(argv=None):
             seconds=total), flush=True)
     write_json(os.path.join(args.out, f'rank{rank}.json'), mine)
     dist.destroy_process_group()
-
-
-def make_optimizer(args, params):
-    kind = torch.optim.Adam if args.optimizer == 'adam' else torch.optim.SGD
-    return kind(params, lr=args.lr)
 
 
 class Sharded(nn.Module):
@@ -326,16 +387,6 @@ class Sharded(nn.Module):
 
     def forward(self, X):
         return self.module(X)
-
-
-def evaluate(net, X, y, device, batch_size=1024):
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, len(y), batch_size):
-            X_b = torch.from_numpy(X[i:i + batch_size]).to(device)
-            y_b = torch.from_numpy(y[i:i + batch_size]).to(device)
-            correct += int((net(X_b).argmax(dim=1) == y_b).sum())
-    return correct / len(y)
 
 
 if __name__ == '__main__':

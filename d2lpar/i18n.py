@@ -350,10 +350,15 @@ def _comment_lines(text, indent):
     return [f'{indent}# {line}\n' for line in wrap(text, width)]
 
 
+# The functions of the training scripts that lesson 4 shows
+SHOWN = ('main', 'save_checkpoint', 'resume', 'accumulate_gradients',
+         'evaluate_shared')
+
+
 def extract_script(fileobj, keywords, comment_tags, options):
     """A Babel extraction method (babel.cfg) for the training scripts: the
     messages Babel's Python extractor finds, and the comments of their
-    function `main`, which lesson 4 shows with `source_code`."""
+    functions that lesson 4 shows with `source_code` (`SHOWN`)."""
     import ast
     from babel.messages.extract import extract_python
     data = fileobj.read()
@@ -361,7 +366,7 @@ def extract_script(fileobj, keywords, comment_tags, options):
     yield from extract_python(fileobj, keywords, comment_tags, options)
     source = data.decode(options.get('encoding', 'utf-8'))
     for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and node.name == 'main':
+        if isinstance(node, ast.FunctionDef) and node.name in SHOWN:
             start = min([node.lineno] +
                         [d.lineno for d in node.decorator_list])
             shown = ''.join(source.splitlines(keepends=True)

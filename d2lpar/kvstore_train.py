@@ -48,6 +48,32 @@ pulling the weights; step 1 includes the KVStore's setup (worker 0 pushes
 the initial weights). *Total*: the training loop. Writes
 OUT/worker{rank}.json per worker and, on worker 0, OUT/params_step1.npz
 and OUT/result.json with the test accuracy.
+
+With ``--checkpoint DIR`` worker 0 saves the parameters and the number
+of epochs and steps done after every epoch (`save_checkpoint`), and a run
+that finds a checkpoint there goes on after its last epoch (`resume`).
+The dist KVStore cannot replace a worker that died: the server would wait
+for its gradients forever. So ``launch_kvstore(..., max_restarts=1)``
+stops the whole job when a process fails and starts a new scheduler,
+server and workers, which resume from the checkpoint. The optimizer runs
+on the server, and ``trainer.save_states`` refuses to save its state in
+distributed training; our SGD has none besides the count of updates,
+which the learning-rate schedule reads, so the checkpoint keeps that
+count and the new optimizer starts from it (``begin_num_update``).
+``--fail-at-step N`` makes the last worker kill itself with SIGKILL at
+step N, the first time only. ``--amp`` asks MXNet's automatic mixed
+precision (``mx.contrib.amp``) for bfloat16, and stops with an error
+when it leaves the network in float32 (MXNet 1.9 casts only the
+operators of ``mx.nd`` and ``mx.sym``, not those of the NumPy interface
+used here).
+
+With ``--accumulate N`` each worker cuts its shard into N micro-batches
+whose gradients add up (``grad_req='add'``) and pushes once per step;
+``count_pushes`` counts the pushes. At the end every worker counts the
+correct answers on its share of the test set and the servers add up the
+counts (``evaluate_shared``); worker 0 also evaluates alone, for
+comparison. ``worker_shard`` and ``sharded_loader`` shard data per
+worker, in a new order every epoch.
 """
 import os
 import socket
@@ -58,14 +84,19 @@ import traceback
 import numpy as onp
 
 import mxnet as mx  # a scheduler or server serves in here, then exits
-from mxnet import autograd, gluon, np, npx
+from mxnet import gluon, np, npx
 from mxnet.gluon import nn
 
 from d2lpar import kvstore_state
 from d2lpar.data import fashion_mnist_arrays
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
-from d2lpar.scripts import shards_of_epoch, training_arguments, write_json
+from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
+    CHECKPOINT, accumulate_gradients, check_amp, count_correct, count_pushes,
+    evaluate, evaluate_shared, first_indices, resume, save_checkpoint,
+    sharded_loader, worker_shard)
+from d2lpar.scripts import (
+    checkpoint_arguments, shards_of_epoch, training_arguments, write_json)
 
 npx.set_np()
 
@@ -115,6 +146,13 @@ def parse_args(argv=None):
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
+    checkpoint_arguments(p)
+    p.add_argument('--amp', action='store_true',
+                   help=_('mixed precision with bfloat16 (mx.contrib.amp), '
+                          'if MXNet applies it to this network'))
+    p.add_argument('--accumulate', type=int, default=1,
+                   help=_('micro-batches per step: gradients are added up '
+                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -136,6 +174,10 @@ def main(argv=None):
             '--batch-size {B} cannot be cut into {world} equal shards: pass '
             'a multiple of {world}.', B=B, world=world))
     b = B // world  # this worker's shard of every global batch
+    if args.accumulate < 1 or b % args.accumulate:
+        raise ValueError(error_message(
+            'A shard of {b} examples cannot be cut into {n} equal '
+            'micro-batches (--accumulate).', b=b, n=args.accumulate))
     local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
     local_workers = int(os.environ.get('D2LPAR_LOCAL_WORKERS', world))
     gpu, notice = choose_gpu(
@@ -152,6 +194,10 @@ def main(argv=None):
             n=len(y_train), B=B))
     net = lenet(initial_params(args.seed), ctx)
     net.hybridize()
+    amp_dtype = check_amp(net, ctx) if args.amp else None
+    order = {'seed': args.seed, 'num_train': len(y_train), 'batch_size': B}
+    # Go on after the last epoch of a checkpoint, if there is one
+    done, step = resume(args, net, ctx, order, rank)
     # The optimizer runs on the server, so the learning rate follows a
     # schedule given to it: the cosine decay of ddp_train. MXNet counts
     # updates from 1; one warm-up step at args.lr shifts the cosine by one
@@ -161,18 +207,24 @@ def main(argv=None):
         total_steps + 1, args.lr, warmup_steps=1, warmup_begin_lr=args.lr)
     kind = kvstore_state.Adam if args.optimizer == 'adam' else \
         kvstore_state.SGD  # MXNet's, counting what the servers hold
-    optimizer = kind(learning_rate=args.lr, lr_scheduler=schedule)
+    optimizer = kind(learning_rate=args.lr, lr_scheduler=schedule,
+                     # after a restart: the updates done
+                     begin_num_update=step)
     optimizer.out_dir = os.path.abspath(args.out)
     trainer = gluon.Trainer(net.collect_params(), optimizer, kvstore=kv)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()  # one loss per example
-    step, compute, communication = 0, 0.0, 0.0
-    first_shards = []  # this worker's first shard of each epoch
+    pushes = count_pushes(kv)  # pushes[0]: gradients sent so far
+    if args.accumulate > 1:  # backward adds to the gradients
+        for param in net.collect_params().values():
+            param.grad_req = 'add'
+    compute, communication = 0.0, 0.0
+    first_shards = [None] * done  # this worker's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
     if args.kvstore.startswith('dist'):
         kv._barrier()  # start the clocks together (MXNet 1.x name)
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for epoch in range(done, args.epochs):
         for step, idx in shards_of_epoch(args, len(y_train), rank, world,
                                          epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
@@ -180,14 +232,16 @@ def main(argv=None):
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
             t0 = time.perf_counter()
-            with autograd.record():
-                loss = loss_fn(net(X), y)
-            loss.backward()  # the gradient of the sum over the shard
+            # The gradient of the sum over the shard, micro-batch by
+            # micro-batch when accumulating (nothing is sent meanwhile)
+            loss = accumulate_gradients(net, loss_fn, X, y, args.accumulate)
             npx.waitall()
             t1 = time.perf_counter()
             # Push the gradients; the server sums the pushes of all workers
             # and updates with rescale_grad = 1 / B; pull the new weights.
             trainer.step(B)
+            if args.accumulate > 1:  # grad_req='add': start from zero
+                net.collect_params().zero_grad()
             npx.waitall()
             compute += t1 - t0
             communication += time.perf_counter() - t1
@@ -199,6 +253,9 @@ def main(argv=None):
                     '{seconds:.1f} sec').format(
                 epoch=epoch + 1, loss=float(loss.mean()),
                 seconds=time.perf_counter() - start), flush=True)
+            if args.checkpoint:  # after every epoch
+                save_checkpoint(args.checkpoint, net, {
+                    'epoch': epoch + 1, 'step': step, 'data_order': order})
     total = time.perf_counter() - start
 
     mine = {'rank': rank, 'world_size': world, 'host': socket.gethostname(),
@@ -212,15 +269,28 @@ def main(argv=None):
                                    for p in net.collect_params().values()),
             'optimizer_bytes': sum(kvstore_state.state_bytes(s)
                                    for u in trainer._updaters
-                                   for s in u.states.values())}
+                                   for s in u.states.values()),
+            'accumulate': args.accumulate, 'pushes': pushes[0]}
+    if args.kvstore.startswith('dist'):  # each worker counts on its share
+        correct, counted = evaluate_shared(net, X_test, y_test, ctx, kv)
+        shared_acc = correct / counted
     if rank == 0:
-        mine['test_acc'] = evaluate(net, X_test, y_test, ctx)
+        mine['test_acc_rank0_alone'] = evaluate(net, X_test, y_test, ctx)
+        mine['test_acc'] = (shared_acc if args.kvstore.startswith('dist')
+                            else mine['test_acc_rank0_alone'])
+        if args.kvstore.startswith('dist'):
+            mine['test_counted'] = counted
         result = {'framework': 'mxnet', 'world_size': world,
                   'backend': args.kvstore, 'epochs': args.epochs,
                   'batch_size': B, 'lr': args.lr, 'seed': args.seed,
                   'num_train': len(y_train), 'num_test': len(y_test),
                   'data': source, 'steps': step, 'examples': step * B,
                   'test_acc': mine['test_acc'], 'seconds_total': total,
+                  'restarts': int(os.environ.get('D2LPAR_RESTART_COUNT', 0)),
+                  'resumed_after_epoch': done, 'amp': amp_dtype,
+                  'test_acc_rank0_alone': mine['test_acc_rank0_alone'],
+                  'test_counted': mine.get('test_counted'),
+                  'accumulate': args.accumulate,
                   'processes': [mine]}  # the others: OUT/worker{r}.json
         write_json(os.path.join(args.out, 'result.json'), result)
         print(_('test acc {test_acc:.3f} with {world} workers '
@@ -228,15 +298,6 @@ def main(argv=None):
             test_acc=mine['test_acc'], world=world, backend=args.kvstore,
             seconds=total), flush=True)
     write_json(os.path.join(args.out, f'worker{rank}.json'), mine)
-
-
-def evaluate(net, X, y, ctx, batch_size=1024):
-    correct = 0
-    for i in range(0, len(y), batch_size):
-        y_hat = net(np.array(X[i:i + batch_size], ctx=ctx))
-        correct += int((y_hat.argmax(axis=1).asnumpy() ==
-                        y[i:i + batch_size]).sum())
-    return correct / len(y)
 
 
 if __name__ == '__main__':

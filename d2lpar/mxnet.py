@@ -809,7 +809,9 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
                       crash_at_step=None, use_gpus=None,
-                      sharded=False, optimizer='sgd', pipelined=False):
+                      sharded=False, optimizer='sgd', pipelined=False,
+                      checkpoint=False, fail_at_step=None,
+                      max_restarts=0, amp=False, accumulate=1):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (the dist_sync KVStore with a scheduler and a server), each on its
     share of every global batch; print and return a `DistributedResult`
@@ -822,12 +824,18 @@ def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
     each holding the optimizer state of its part of the parameters
     (PyTorch: FSDP). `optimizer` is 'sgd' or 'adam'. `pipelined` raises
     NotImplementedError: MXNet has no pipeline tool (PyTorch's GPipe
-    stages). Runs to be compared use the same kind of device."""
+    stages). Runs to be compared use the same kind of device. `checkpoint`,
+    `fail_at_step`, `max_restarts`: checkpoints and restarts; `amp`:
+    mixed precision; `accumulate`: micro-batches per step (see
+    `d2lpar.distributed.train`)."""
     return _distributed.train('mxnet', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
                               crash_at_step, use_gpus=use_gpus,
                               sharded=sharded, optimizer=optimizer,
-                              pipelined=pipelined)
+                              pipelined=pipelined, checkpoint=checkpoint,
+                              fail_at_step=fail_at_step,
+                              max_restarts=max_restarts, amp=amp,
+                              accumulate=accumulate)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from d2lpar.ddp_practices import evaluate, make_optimizer
 from d2lpar.i18n import _, error_message
 from d2lpar.scripts import shards_of_epoch, write_json
 from d2lpar.training import learning_rate
@@ -63,8 +64,6 @@ def train_pipeline(args, rank, world, device, backend, data):
     """GPipe over the processes with torch.distributed.pipelining: process
     s holds stage s of the pipeline MLP and updates only its parameters."""
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-
-    from d2lpar.ddp_train import evaluate, make_optimizer
     X_train, y_train, X_test, y_test, source = data
     B, m = args.batch_size, args.microbatches
     if world != 2:

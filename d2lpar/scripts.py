@@ -1,6 +1,7 @@
 """What the two training scripts (d2lpar.ddp_train, d2lpar.kvstore_train)
-share: their command-line options, the shard of each step with the
-failures the tests ask for, and results written atomically.
+share: their command-line options (checkpoints and restarts too), the
+shard of each step with the failures the tests ask for, and results
+written atomically.
 """
 import os
 
@@ -54,7 +55,35 @@ def shards_of_epoch(args, num_examples, rank, world, epoch, step):
             raise RuntimeError(error_message(
                 'rank {rank} crashes at step {step}, as asked by '
                 '--crash-at-step', rank=rank, step=step))
+        if step == getattr(args, 'fail_at_step', None) and rank == world - 1:
+            fail_once(args.out, rank, step)
         yield step, idx
+
+
+def checkpoint_arguments(p):
+    """The options of checkpoints and restarts, for both scripts."""
+    p.add_argument('--checkpoint', metavar='DIR', default=None,
+                   help=_('save a checkpoint there after every epoch, and '
+                          'resume from it'))
+    p.add_argument('--fail-at-step', type=int, default=None,
+                   help=_('to test restarts: the last process kills itself '
+                          'at this step, the first time only'))
+
+
+def fail_once(out, rank, step):
+    """Kill this process with SIGKILL, as a crashed machine would end it,
+    unless it did so before: the file OUT/failed-at-step-N remembers, so
+    that the restarted run goes past step N."""
+    import signal
+    marker = os.path.join(out, f'failed-at-step-{step}')
+    if os.path.exists(marker):
+        return
+    os.makedirs(out, exist_ok=True)
+    with open(marker, 'w') as f:
+        f.write(f'{os.getpid()}\n')
+    print(_('rank {rank} kills itself at step {step} (--fail-at-step)')
+          .format(rank=rank, step=step), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def leave_a_child(out, rank):

@@ -888,7 +888,9 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
 def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
                       num_train=None, num_test=None, port=None, timeout=300,
                       crash_at_step=None, use_gpus=None,
-                      sharded=False, optimizer='sgd', pipelined=False):
+                      sharded=False, optimizer='sgd', pipelined=False,
+                      checkpoint=False, fail_at_step=None,
+                      max_restarts=0, amp=False, accumulate=1):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (DDP with gloo (nccl on GPUs) under torchrun), each on its share of every
     global batch; print and return a `DistributedResult` with the times of
@@ -902,12 +904,18 @@ def train_distributed(num_workers, batch_size=256, lr=0.2, num_epochs=2,
     `optimizer` is 'sgd' or 'adam'. `pipelined` True trains lesson 5's
     pipeline MLP instead, in two GPipe stages, one per process, with
     torch.distributed.pipelining (MXNet has no such tool). Runs to be
-    compared use the same kind of device."""
+    compared use the same kind of device. `checkpoint`,
+    `fail_at_step`, `max_restarts`: checkpoints and restarts; `amp`:
+    mixed precision; `accumulate`: micro-batches per step (see
+    `d2lpar.distributed.train`)."""
     return _distributed.train('torch', num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
                               crash_at_step, use_gpus=use_gpus,
                               sharded=sharded, optimizer=optimizer,
-                              pipelined=pipelined)
+                              pipelined=pipelined, checkpoint=checkpoint,
+                              fail_at_step=fail_at_step,
+                              max_restarts=max_restarts, amp=amp,
+                              accumulate=accumulate)
 
 
 def distributed_commands(hosts, workers_per_host=1, port=29500,

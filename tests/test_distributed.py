@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 import pytest
 
-from d2lpar import devices, distributed, plots
+from d2lpar import devices, distributed, plots, runs
 
 # Two epochs of 8 steps: the second one must see the data in a new order
 ARGS = ['--num-train', 512, '--num-test', 512, '--batch-size', 64,
@@ -209,7 +209,7 @@ def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
     GPUs only when each of the two processes has one; on one GPU, both
     say that they train on the CPU (simulated GPU counts)."""
     use_gpus = lesson_use_gpus(backend.module)
-    options = [distributed._device_options(backend.name, None, k, use_gpus)
+    options = [runs.device_options(backend.name, None, k, use_gpus)
                for k in (1, 2)]
     assert options[0] == options[1] == ([] if gpus >= 2 else ['--cpu'])
     said = capsys.readouterr().out.splitlines()
@@ -219,19 +219,19 @@ def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
             'this machine has 1 GPU(s).',
             devices.choose_gpu(1, 0, 2)[1]]
         # Without use_gpus, the process alone would take the GPU
-        assert distributed._device_options(backend.name, None, 1) == []
+        assert runs.device_options(backend.name, None, 1) == []
     else:
         assert said == []
 
 
 def test_use_gpus_true_requires_a_gpu_per_process(capsys):
-    assert distributed._device_options('torch', 2, 2, True) == []
+    assert runs.device_options('torch', 2, 2, True) == []
     with pytest.raises(ValueError, match='use_gpus=True needs a GPU for '
                                          'each of the 2 processes; this '
                                          'machine has 1'):
-        distributed._device_options('torch', 1, 2, True)
+        runs.device_options('torch', 1, 2, True)
     with pytest.raises(ValueError, match='None, True or False'):
-        distributed._device_options('torch', 1, 2, 'yes')
+        runs.device_options('torch', 1, 2, 'yes')
     assert capsys.readouterr().out == ''
 
 

@@ -15,8 +15,9 @@ import tokenize
 import pytest
 from babel.messages.pofile import read_po
 
-from d2lpar import (checks, cost, data, devices, distributed, i18n, launch,
-                    plots, scripts, sharding, timeline, timing, training)
+from d2lpar import (checks, cost, data, ddp_launch, devices, distributed, i18n,
+                    launch, plots, runs, scripts, sharding, timeline, timing,
+                    training)
 
 ROOT = os.path.dirname(os.path.dirname(i18n.__file__))
 sys.path.insert(0, os.path.join(ROOT, 'tools'))
@@ -200,7 +201,7 @@ ERRORS = [  # call, its exception type and English text (as it always
      "Unknown algorithm 'tree': use one of 'ring', 'naive'.",
      {'fr': 'Algorithme inconnu', 'tr': 'Bilinmeyen algoritma',
       'zh': '未知的算法'}),
-    (lambda: distributed._device_options('torch', 1, 2, use_gpus=True),
+    (lambda: runs.device_options('torch', 1, 2, use_gpus=True),
      ValueError, 'use_gpus=True needs a GPU for each of the 2 processes; '
      'this machine has 1.',
      {'fr': 'chacun des 2 processus', 'tr': '2 sürecin', 'zh': '2 个进程'}),
@@ -304,7 +305,7 @@ def test_the_launcher_reads_a_translated_error_of_a_process(speak,
         'recent call last):\n    File "x.py", line 1, in main\n  '
         + '\n  '.join(f'RuntimeError: {info.value}'.splitlines())
         + '\n\n=====\n', encoding='utf-8')
-    rank, code, error = distributed._torch_failure(str(log))
+    rank, code, error = ddp_launch.torch_failure(str(log))
     assert (rank, code) == (1, '1')
     assert str(error) == ("RuntimeError: le rang 1 plante à l'étape 1, "
                           'comme demandé par --crash-at-step')
@@ -411,7 +412,7 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
     assert ax.get_title().startswith('état du modèle par périphérique')
     plt.close('all')
     speak('zh')
-    distributed._device_options('torch', 2, 2, use_gpus=False)
+    runs.device_options('torch', 2, 2, use_gpus=False)
     assert capsys.readouterr().out.strip() == (
         '按要求（use_gpus=False），2 个进程都在 CPU 上运行，尽管本机有 2 个 GPU。')
 

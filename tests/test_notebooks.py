@@ -40,7 +40,7 @@ def load(lang, fw, chapter, kind='lesson'):
 # solutions notebooks, and the English solutions notebooks link to
 # notebooks that do not exist yet. Remove a language from this set when its
 # solutions land: then its blocks are required and compared with English.
-UNTRANSLATED_SOLUTIONS = {'fr', 'tr', 'zh'}
+UNTRANSLATED_SOLUTIONS = {'fr'}
 
 
 def has_solutions(lang, chapter):
@@ -344,11 +344,16 @@ def test_code_is_the_same_in_every_language(kind, fw, chapter, lang):
                                    f'checked as in English'
 
 
+# The heading of the exercises in each language.
+EXERCISES = {'## Exercises', '## Exercices', '## Alıştırmalar', '## 练习'}
+
+
 def exercises_and_solutions(text):
-    """How many exercises the list after "## Exercises" has (items of any
-    framework) and how many "### " solutions the solutions block has."""
+    """How many exercises the list after "## Exercises" (or its
+    translation) has (items of any framework) and how many "### "
+    solutions the solutions block has."""
     lines = text.splitlines()
-    start = lines.index('## Exercises')
+    start = next(n for n, line in enumerate(lines) if line in EXERCISES)
     end = lines.index(':begin_solutions:') if ':begin_solutions:' in lines \
         else len(lines)
     items = [x for x in lines[start:end] if re.match(r'\d+\. ', x)]

@@ -1,0 +1,143 @@
+"""Lesson 4's practices of real multi-process jobs, in both scripts:
+
+- sharding: every process takes a part of the data that no other takes,
+  in a new order every epoch (PyTorch's DistributedSampler with
+  set_epoch; MXNet's worker_shard with the epoch in the seed), and what
+  goes wrong without the epoch (the same order every epoch);
+- gradient accumulation: one step over 4 micro-batches takes the same
+  step as one big batch, and communicates once (DDP's no_sync; MXNet's
+  grad_req='add' and one trainer.step);
+- evaluation across processes: the counts summed over the processes give
+  exactly the accuracy of one process on the whole test set.
+"""
+import contextlib
+import io
+
+import numpy as np
+import pytest
+
+from d2lpar import distributed
+
+FRAMEWORKS = ['torch', 'mxnet']
+LAUNCH = {'torch': distributed.launch_torch,
+          'mxnet': distributed.launch_kvstore}
+# One epoch of 4 steps; an odd test set, which 2 processes share unevenly
+ARGS = ['--num-train', 256, '--num-test', 301, '--batch-size', 64,
+        '--epochs', 1, '--seed', 5]
+STEPS = 256 // 64
+
+
+def _script(framework):
+    if framework == 'torch':
+        from d2lpar import ddp_train
+        return ddp_train
+    from d2lpar import kvstore_train
+    return kvstore_train
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory, data_root):
+    """``runs(framework)``: (plain, accumulated): two processes each, the
+    second with --accumulate 4; made once per framework."""
+    done = {}
+
+    def get(framework):
+        if framework not in done:
+            results = []
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv('D2LPAR_OFFLINE', '1')
+                mp.setenv('D2LPAR_DATA', str(data_root))
+                mp.setenv('OMP_NUM_THREADS', '1')
+                for extra in ([], ['--accumulate', 4]):
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        results.append(LAUNCH[framework](
+                            2, tmp_path_factory.mktemp(framework),
+                            ARGS + extra, timeout=180, num_gpus=0))
+            done[framework] = tuple(results)
+        return done[framework]
+    return get
+
+
+# --------------------------------------------------------------------------
+# Sharding
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_without_the_epoch_every_epoch_repeats_the_order(framework):
+    first = _script(framework).first_indices
+    same = first(40, 2, 3, False, count=20)
+    new = first(40, 2, 3, True, count=20)
+    for rank in (0, 1):
+        assert same[rank][0] == same[rank][1] == same[rank][2]
+        assert len({tuple(order) for order in new[rank]}) == 3
+    for seen in (same, new):  # the two shards share no example
+        for epoch in range(3):
+            assert sorted(seen[0][epoch] + seen[1][epoch]) == list(range(40))
+
+
+def test_the_sampler_loader_shards_the_data_and_pins_only_for_a_gpu():
+    import torch
+    from d2lpar import ddp_train
+    dataset = torch.utils.data.TensorDataset(torch.arange(48))
+    orders = []
+    for rank in (0, 1):
+        sampler, loader = ddp_train.sharded_loader(dataset, 8, rank, 2,
+                                                   seed=1, num_workers=1)
+        assert loader.pin_memory == torch.cuda.is_available()
+        sampler.set_epoch(1)
+        batches = [b.tolist() for (b,) in loader]
+        assert [len(b) for b in batches] == [8, 8, 8]
+        orders.append(sum(batches, []))
+    assert sorted(orders[0] + orders[1]) == list(range(48))
+
+
+def test_the_gluon_loader_takes_this_workers_shard():
+    from d2lpar import kvstore_train
+    X = np.arange(40, dtype='float32').reshape(20, 2)
+    y = np.arange(20, dtype='float32')
+    seen = []
+    for rank in (0, 1):
+        loader = kvstore_train.sharded_loader(X, y, 5, rank, 2, epoch=2,
+                                              seed=1)
+        labels = [int(v) for _, yb in loader for v in yb.asnumpy()]
+        assert labels == kvstore_train.worker_shard(20, rank, 2, 2,
+                                                    1).tolist()
+        seen += labels
+    assert sorted(seen) == list(range(20))
+
+
+# --------------------------------------------------------------------------
+# Accumulation and evaluation (two processes, launched)
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_an_accumulated_step_is_one_big_step_sent_once(runs, framework):
+    plain, accumulated = runs(framework)
+    big, small = plain.first_step_params(), accumulated.first_step_params()
+    assert sorted(big) == sorted(small) and len(big) == 8
+    for name in big:
+        np.testing.assert_allclose(small[name], big[name], rtol=0,
+                                   atol=1e-5, err_msg=name)
+    for result, accumulate in ((plain, 1), (accumulated, 4)):
+        for p in result.processes:
+            assert p['accumulate'] == accumulate and p['steps'] == STEPS
+            if framework == 'torch':  # LeNet is one bucket: one per step
+                assert p['allreduces'] == STEPS
+            else:  # one pushpull per parameter and step
+                assert p['pushes'] == 8 * STEPS
+
+
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_shared_evaluation_equals_one_process_exactly(runs, framework):
+    for result in runs(framework):
+        assert result.summary['num_test'] == 301
+        assert result.test_acc == result.summary['test_acc_rank0_alone']
+        assert result.summary['test_counted'] == 301  # every example once
+        assert result.test_acc * 301 == pytest.approx(
+            round(result.test_acc * 301), abs=1e-9)
+        assert 0.1 < result.test_acc < 1.0
+
+
+def test_a_shard_that_micro_batches_cannot_split_is_refused(tmp_path):
+    with pytest.raises(RuntimeError, match='micro-batches'):
+        with contextlib.redirect_stdout(io.StringIO()):
+            distributed.launch_torch(2, tmp_path, ARGS + ['--accumulate', 5],
+                                     timeout=120, num_gpus=0)
