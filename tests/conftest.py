@@ -10,6 +10,7 @@ test` runs the notebooks under nbval in the same pytest workers, and their
 kernels inherit the workers' environment.
 """
 import atexit
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import matplotlib
 
 matplotlib.use('Agg')  # before d2l imports pyplot; this process only
 
+import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -105,3 +107,19 @@ def _close_figures():
     yield
     if 'matplotlib.pyplot' in sys.modules:
         sys.modules['matplotlib.pyplot'].close('all')
+
+
+def kill_survivors(out_dir):
+    """The command lines of the processes still running that name
+    `out_dir` (the training scripts, torchrun, and the children of
+    --leave-a-child), after killing them, so that a failing test leaves
+    nothing behind. (Found by their command line, not by d2lpar.launch's
+    mark: this checks the launcher.)"""
+    found = []
+    for p in psutil.process_iter(['cmdline', 'status']):
+        cmd = ' '.join(p.info['cmdline'] or [])
+        if str(out_dir) in cmd and p.info['status'] != psutil.STATUS_ZOMBIE:
+            found.append(cmd)
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    return found

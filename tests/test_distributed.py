@@ -21,6 +21,7 @@ import numpy as np
 import psutil
 import pytest
 
+from conftest import kill_survivors
 from d2lpar import devices, distributed, plots, runs
 
 # Two epochs of 8 steps: the second one must see the data in a new order
@@ -71,21 +72,6 @@ def runs(tmp_path_factory, data_root):
 
 def _step1(result):
     return result.first_step_params()
-
-
-def _kill_survivors(out_dir):
-    """The command lines of the processes still running that name
-    `out_dir` (the training scripts, torchrun, and the children of
-    --leave-a-child), after killing them, so that a failing test leaves
-    nothing behind."""
-    found = []
-    for p in psutil.process_iter(['cmdline', 'status']):
-        cmd = ' '.join(p.info['cmdline'] or [])
-        if str(out_dir) in cmd and p.info['status'] != psutil.STATUS_ZOMBIE:
-            found.append(cmd)
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    return found
 
 
 def _read(path):
@@ -343,7 +329,7 @@ def test_a_crash_stops_every_process(framework, tmp_path):
     children = re.findall(r'd2lpar: rank (\d+) left process \d+ behind',
                           logs)
     assert '1' in children  # rank 1 started its child before it failed
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('role', ['scheduler', 'server'])
@@ -380,7 +366,7 @@ def test_a_dead_scheduler_or_server_stops_the_run(role, tmp_path):
     assert head.startswith(f'MXNet training with 2 workers failed: the '
                            f'{role} exited with signal SIGKILL before the '
                            f'workers were done'), str(info.value)
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -390,7 +376,7 @@ def test_a_timeout_stops_every_process(framework, tmp_path):
     with pytest.raises(RuntimeError, match='did not finish within 6 s'):
         LAUNCH[framework](2, tmp_path, args, timeout=6)
     assert time.monotonic() - start < 6 + 15  # SIGTERM, SIGKILL after 5 s
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -402,7 +388,7 @@ def test_a_busy_port_is_refused_before_anything_starts(framework, tmp_path):
         with pytest.raises(RuntimeError, match=f'port {port} .* in use'):
             LAUNCH[framework](2, tmp_path / 'out', ARGS, port=port)
     assert not (tmp_path / 'out').exists()
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
     assert distributed.check_port(port) == port  # free again
 
 
