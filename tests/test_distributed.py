@@ -22,7 +22,8 @@ import psutil
 import pytest
 
 from conftest import kill_survivors
-from d2lpar import devices, distributed, plots, runs
+from d2lpar import devices, distributed, plots
+from d2lpar.runs import device_options
 
 # Two epochs of 8 steps: the second one must see the data in a new order
 ARGS = ['--num-train', 512, '--num-test', 512, '--batch-size', 64,
@@ -195,7 +196,7 @@ def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
     GPUs only when each of the two processes has one; on one GPU, both
     say that they train on the CPU (simulated GPU counts)."""
     use_gpus = lesson_use_gpus(backend.module)
-    options = [runs.device_options(backend.name, None, k, use_gpus)
+    options = [device_options(backend.name, None, k, use_gpus)
                for k in (1, 2)]
     assert options[0] == options[1] == ([] if gpus >= 2 else ['--cpu'])
     said = capsys.readouterr().out.splitlines()
@@ -205,19 +206,19 @@ def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
             'this machine has 1 GPU(s).',
             devices.choose_gpu(1, 0, 2)[1]]
         # Without use_gpus, the process alone would take the GPU
-        assert runs.device_options(backend.name, None, 1) == []
+        assert device_options(backend.name, None, 1) == []
     else:
         assert said == []
 
 
 def test_use_gpus_true_requires_a_gpu_per_process(capsys):
-    assert runs.device_options('torch', 2, 2, True) == []
+    assert device_options('torch', 2, 2, True) == []
     with pytest.raises(ValueError, match='use_gpus=True needs a GPU for '
                                          'each of the 2 processes; this '
                                          'machine has 1'):
-        runs.device_options('torch', 1, 2, True)
+        device_options('torch', 1, 2, True)
     with pytest.raises(ValueError, match='None, True or False'):
-        runs.device_options('torch', 1, 2, 'yes')
+        device_options('torch', 1, 2, 'yes')
     assert capsys.readouterr().out == ''
 
 
