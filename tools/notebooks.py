@@ -66,7 +66,7 @@ BEGIN_SOLUTIONS, END_SOLUTIONS = ':begin_solutions:', ':end_solutions:'
 SOLUTIONS_WORDS = {'en': (': Solutions', 'Lesson: '),
                    'fr': ('\u00a0: solutions', 'Leçon\u00a0: '),
                    'tr': (': Çözümler', 'Ders: '),
-                   'zh': ('：习题解答', '课程：')}
+                   'zh': ('：习题解答', '本课：')}
 # Where a slideshow (RISE in JupyterLab, `make slides`) starts a new slide:
 # the title and every `## ` section; every `### ` is a sub-slide below it.
 SLIDE_TYPES = {1: 'slide', 2: 'slide', 3: 'subslide'}
