@@ -85,7 +85,7 @@ test-notebooks: $(STAMP)
 # Ratios against real peers and physical limits, measured in one run
 # (build/bench/results.md and .json; about 5 minutes on 2 cores).
 bench: $(STAMP)
-	$(PY) tools/bench.py
+	$(PY) -m tools.bench
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

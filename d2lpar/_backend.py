@@ -16,27 +16,23 @@ import functools
 import inspect
 import sys
 
-from d2lpar import _common
+from d2lpar import data as _data
+from d2lpar import devices as _devices
 from d2lpar import distributed as _distributed
-from d2lpar._common import (  # noqa: F401 (re-exported by both backends)
-    Animator, DataError, TrainResult, check_devices,
-    check_replicas, check_split, data_dir, epoch_shards, fashion_mnist_arrays,
-    learning_rate, plot_allreduce, plot_scaling, plot_timings, say_once,
-    source_code, use_language,
-    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model,
-    plot_drift,
-    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
-    plot_memory, shard_bounds, zero_memory)
+from d2lpar import i18n as _i18n
+from d2lpar import timing as _timing
+from d2lpar import training as _training
 from d2lpar._timer import Timer  # noqa: F401
-from d2lpar.distributed import (  # noqa: F401
-    DistributedResult, plot_processes, print_processes)
+from d2lpar.api import *  # noqa: F401,F403 (api.SHARED, as they are)
+from d2lpar.api import SHARED
+from d2lpar.checks import (  # noqa: F401 (the checks lessons call)
+    check_devices, check_replicas, check_split)
 from d2lpar.i18n import error_message
 
 # What `from d2lpar._backend import *` gives a backend: the shared names of
-# its __all__, the checks its lesson code calls, and Timer.
-__all__ = _common.SHARED + [
-    'DistributedResult', 'Timer', 'check_devices', 'check_replicas',
-    'check_split', 'plot_processes', 'print_processes']
+# its __all__ (d2lpar/api.py), the checks its lesson code calls, and Timer.
+__all__ = SHARED + ['Timer', 'check_devices', 'check_replicas',
+                    'check_split']
 
 
 def bind(fn, module_name):
@@ -96,7 +92,7 @@ def try_devices(d2l, num_devices):
             num_devices=num_devices))
     if d2l.num_gpus() >= num_devices:
         return [d2l.gpu(i) for i in range(num_devices)]
-    _common.say_once(_common.fallback_notice(
+    _i18n.say_once(_devices.fallback_notice(
         num_devices, d2l.num_gpus(), d2l._stand_in_threads(),
         ', '.join(d2l._stand_in_label(i) for i in range(num_devices))))
     return [d2l._stand_in(i) for i in range(num_devices)]
@@ -112,7 +108,7 @@ def products_that_fit(d2l, num_products, shape, devices):
     The free memory is what the framework reports (PyTorch: the driver's
     ``torch.cuda.mem_get_info`` plus what its caching allocator holds
     unused; MXNet: ``mx.context.gpu_memory_info``)."""
-    return _common.products_that_fit_with(d2l._free_bytes, num_products,
+    return _devices.products_that_fit_with(d2l._free_bytes, num_products,
                                           shape, devices)
 
 
@@ -120,7 +116,7 @@ def measure_allreduce(d2l, fns, sizes, device_counts, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
-    rows = _common.measure_allreduce_with(
+    rows = _timing.measure_allreduce_with(
         d2l._make_data, d2l.synchronize, fns, sizes, device_counts, repeat)
     for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
         r['on'] = 'gpu' if d2l.num_gpus() >= r['devices'] else 'cpu'
@@ -132,7 +128,7 @@ def load_data_fashion_mnist(d2l, batch_size, num_train=None, num_test=None):
     `data_dir()`, downloading it when the network allows; offline, over a
     synthetic stand-in with the same shapes, saying so once. `num_train`
     and `num_test` keep only the first examples, for quick CPU runs."""
-    return _common.load_data_fashion_mnist_with(
+    return _data.load_data_fashion_mnist_with(
         d2l._to_arrays, batch_size, num_train, num_test)
 
 
@@ -143,7 +139,7 @@ def parameter_drift(d2l, params, batch_size, lr, num_steps=20,
     that `train` sees with the same arguments, and return the largest
     absolute difference between the two sets of parameters after each of
     the first `num_steps` steps (see `plot_drift`)."""
-    return _common.parameter_drift_with(
+    return _training.parameter_drift_with(
         d2l.load_data_fashion_mnist, d2l.try_devices, d2l.get_params,
         d2l.train_batch, d2l._max_abs_diff, params, batch_size, lr,
         num_steps, num_train, num_test)

@@ -11,7 +11,7 @@ and `beta` is the bandwidth of one direction of the link. From that:
   version): device 0 receives k-1 messages of N bytes over its one link,
   then sends k-1 back, one after another: ``2(k-1) (alpha + N / beta)``.
 
-Framework-free: ``d2lpar._common`` re-exports these names, and both
+Framework-free: ``d2lpar.api`` imports these names, and both
 backends re-export them from there.
 """
 import collections

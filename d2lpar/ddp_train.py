@@ -73,10 +73,8 @@ and one allreduce adds up the counts (``evaluate_shared``); rank 0 also
 evaluates alone, for comparison. ``sharded_loader`` shows the standard
 way to shard data (``DistributedSampler``, ``set_epoch``).
 """
-import contextlib
 import os
 import socket
-import tempfile
 import time
 
 import numpy as np
@@ -87,31 +85,45 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, TensorDataset
-from torch.utils.data.distributed import DistributedSampler
 
-from d2lpar import _common
-from d2lpar._common import write_json
+from d2lpar.data import fashion_mnist_arrays
+from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
+    CHECKPOINT, Precision, accumulate_gradients, count_correct, evaluate,
+    evaluate_shared, first_indices, fresh_store, make_optimizer, restarts,
+    resume, save_checkpoint, sharded_loader)
+from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
+from d2lpar.pipeline_train import train_pipeline
+from d2lpar.scripts import (
+    checkpoint_arguments, shards_of_epoch, training_arguments, write_json)
+from d2lpar.training import learning_rate
 
 
-def lenet(seed):
-    """The lessons' LeNet, with the values lenet_params() draws after
-    torch.manual_seed(seed): N(0, 0.1) weights, zero biases."""
+def lenet(params):
+    """The lessons' LeNet (``d2l.lenet``) as an ``nn.Module``, for DDP and
+    FSDP, holding the values of `params`, a list like the one
+    ``d2l.lenet_params()`` returns (fully connected weights as (in, out)).
+    The benchmark (tools/bench) uses it too."""
     net = nn.Sequential(
         nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(2, 2),
         nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(2, 2),
         nn.Flatten(), nn.Linear(800, 128), nn.ReLU(), nn.Linear(128, 10))
-    torch.manual_seed(seed)
     with torch.no_grad():
-        for layer in (net[0], net[3], net[7], net[9]):
-            if isinstance(layer, nn.Linear):  # lenet_params: (in, out)
-                w = torch.randn(layer.in_features, layer.out_features).T
-            else:
-                w = torch.randn(layer.weight.shape)
-            layer.weight.copy_(w * 0.1)
-            layer.bias.zero_()
+        for p, v in zip(net.parameters(), params):
+            p.copy_(v.T if v.ndim == 2 else v)
     return net
+
+
+def initial_params(seed):
+    """The values every process starts from, in the layout of
+    ``d2l.lenet_params()``: N(0, 0.1) weights and zero biases, drawn after
+    torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    params = []
+    for shape in ((20, 1, 3, 3), (50, 20, 5, 5), (800, 128), (128, 10)):
+        outputs = shape[0] if len(shape) == 4 else shape[1]
+        params += [torch.randn(shape) * 0.1, torch.zeros(outputs)]
+    return params
 
 
 class CommTimer:
@@ -191,7 +203,7 @@ def timed_allreduce(timer, bucket):
 
 
 def parse_args(argv=None):
-    p = _common.training_arguments(__doc__.split('\n\n')[0], 'processes')
+    p = training_arguments(__doc__.split('\n\n')[0], 'processes')
     p.add_argument('--pipeline', action='store_true',
                    help=_('train the MLP of lesson 5 in two pipeline stages, '
                           'one per process (GPipe)'))
@@ -200,7 +212,7 @@ def parse_args(argv=None):
     p.add_argument('--fsdp', action='store_true',
                    help=_('shard parameters, gradients and optimizer state '
                           'with FSDP (fully_shard) instead of DDP'))
-    _common.checkpoint_arguments(p)
+    checkpoint_arguments(p)
     p.add_argument('--amp', action='store_true',
                    help=_('mixed precision: bfloat16 on a CPU, float16 with '
                           'a gradient scaler on a GPU'))
@@ -230,7 +242,7 @@ def main(argv=None):
         raise ValueError(error_message(
             'A shard of {b} examples cannot be cut into {n} equal '
             'micro-batches (--accumulate).', b=b, n=args.accumulate))
-    gpu, notice = _common.choose_gpu(
+    gpu, notice = choose_gpu(
         0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
     if notice and local_rank == 0:
         print(f'd2lpar: {notice}', flush=True)
@@ -244,7 +256,7 @@ def main(argv=None):
     dist.init_process_group(backend, store=fresh_store(rank, world),
                             rank=rank, world_size=world)
 
-    X_train, y_train, X_test, y_test, source = _common.fashion_mnist_arrays(
+    X_train, y_train, X_test, y_test, source = fashion_mnist_arrays(
         args.num_train, args.num_test)
     if len(y_train) < B:
         raise ValueError(error_message(
@@ -259,10 +271,10 @@ def main(argv=None):
             '--checkpoint does not work with --fsdp here: a sharded model '
             'is saved with torch.distributed.checkpoint.'))
     if args.fsdp:  # each process keeps 1/world of every layer's tensors
-        model = Sharded(lenet(args.seed).to(device))
+        model = Sharded(lenet(initial_params(args.seed)).to(device))
     else:
         model = DistributedDataParallel(  # broadcasts rank 0's parameters
-            lenet(args.seed).to(device),
+            lenet(initial_params(args.seed)).to(device),
             device_ids=[local_rank] if cuda else None)
         model.register_comm_hook(timer, timed_allreduce)
     optimizer = make_optimizer(args, model.parameters())
@@ -278,16 +290,16 @@ def main(argv=None):
     dist.barrier()  # start the clocks together
     start = time.perf_counter()
     for epoch in range(done, args.epochs):
-        for step, idx in _common.shards_of_epoch(args, len(y_train), rank,
-                                                 world, epoch, step):
+        for step, idx in shards_of_epoch(args, len(y_train), rank, world,
+                                         epoch, step):
             if len(first_shards) == epoch:  # the order changes per epoch
                 first_shards.append(idx.tolist())
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = timer.mark()
             for group in optimizer.param_groups:  # cosine decay
-                group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
-                                                    total_steps)
+                group['lr'] = learning_rate(step - 1, args.lr, 0,
+                                            total_steps)
             optimizer.zero_grad()
             # DDP averages the gradients over processes
             loss = accumulate_gradients(model, loss_fn, X, y,
@@ -361,266 +373,6 @@ def main(argv=None):
     dist.destroy_process_group()
 
 
-def make_optimizer(args, params):
-    kind = torch.optim.Adam if args.optimizer == 'adam' else torch.optim.SGD
-    return kind(params, lr=args.lr)
-
-
-class Stage(nn.Module):
-    """One pipeline stage of lesson 5's MLP: `params` are (weight, bias)
-    pairs with weights of shape (inputs, outputs), each layer followed by
-    a ReLU except the very last layer of the model (``stage_forward``)."""
-
-    def __init__(self, params, last):
-        super().__init__()
-        self.params = nn.ParameterList(nn.Parameter(p) for p in params)
-        self.last = last
-
-    def forward(self, X):
-        X = X.reshape(X.shape[0], -1)
-        for i in range(0, len(self.params), 2):
-            X = X @ self.params[i] + self.params[i + 1]
-            if not (self.last and i == len(self.params) - 2):
-                X = torch.relu(X)
-        return X
-
-
-def pipeline_stages(seed, width=512):
-    """The two stages of lesson 5's pipeline MLP, with the values that
-    ``pipeline_params()`` draws after ``torch.manual_seed(seed)``."""
-    torch.manual_seed(seed)
-
-    def layer(n_in, n_out):
-        return [torch.randn(n_in, n_out) * (2 / n_in) ** 0.5,
-                torch.zeros(n_out)]
-    params = [layer(784, width) + layer(width, width),
-              layer(width, width) + layer(width, 10)]
-    return [Stage(params[0], False), Stage(params[1], True)]
-
-
-def gather_stages(stage):
-    """{'s.i': NumPy array}: parameter i of stage s, for every stage, on
-    every process (each process sends its own stage's)."""
-    mine = [p.detach().cpu().numpy() for p in stage.parameters()]
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    return {f'{s}.{i}': a for s, arrays in enumerate(everyone)
-            for i, a in enumerate(arrays)}
-
-
-def train_pipeline(args, rank, world, device, backend, data):
-    """GPipe over the processes with torch.distributed.pipelining: process
-    s holds stage s of the pipeline MLP and updates only its parameters."""
-    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
-    X_train, y_train, X_test, y_test, source = data
-    B, m = args.batch_size, args.microbatches
-    if world != 2:
-        raise ValueError(error_message(
-            '--pipeline cuts the model into 2 stages: start 2 processes, '
-            'not {world}.', world=world))
-    if m < 1 or B % m:
-        raise ValueError(error_message(
-            '--batch-size {B} cannot be cut into {m} equal micro-batches.',
-            B=B, m=m))
-    stages = pipeline_stages(args.seed)
-    mine = stages[rank].to(device)
-    # The mean loss of each micro-batch; the schedule divides the summed
-    # gradients by m, so they are those of the mean over the global batch
-    schedule = ScheduleGPipe(PipelineStage(mine, rank, world, device),
-                             n_microbatches=m, loss_fn=nn.CrossEntropyLoss())
-    optimizer = make_optimizer(args, mine.parameters())
-    total_steps = len(y_train) // B * args.epochs
-    step, losses, seconds, first_batches = 0, [], 0.0, []
-    os.makedirs(args.out, exist_ok=True)
-    dist.barrier()
-    start = time.perf_counter()
-    for epoch in range(args.epochs):
-        # Both stages take every whole global batch, in the same order
-        for step, idx in _common.shards_of_epoch(args, len(y_train), 0, 1,
-                                                 epoch, step):
-            if len(first_batches) == epoch:
-                first_batches.append(idx.tolist())
-            t0 = time.perf_counter()
-            for group in optimizer.param_groups:  # cosine decay
-                group['lr'] = _common.learning_rate(step - 1, args.lr, 0,
-                                                    total_steps)
-            optimizer.zero_grad()
-            if rank == 0:  # the first stage takes the inputs
-                schedule.step(torch.from_numpy(X_train[idx]).to(device))
-            else:  # the last stage, the labels
-                micro = []
-                schedule.step(target=torch.from_numpy(y_train[idx]).to(
-                    device), losses=micro)
-                losses.append(sum(float(l.detach()) for l in micro) / m)
-            optimizer.step()
-            seconds += time.perf_counter() - t0
-            if step == 1:
-                whole = gather_stages(mine)
-                if rank == 0:
-                    np.savez(os.path.join(args.out, 'params_step1.npz'),
-                             **whole)
-        if rank == world - 1:
-            print(_('epoch {epoch}: loss {loss:.3f} (last stage), '
-                    '{seconds:.1f} sec').format(
-                epoch=epoch + 1, loss=losses[-1],
-                seconds=time.perf_counter() - start), flush=True)
-    total = time.perf_counter() - start
-    mine_times = {'rank': rank, 'local_rank': int(os.environ['LOCAL_RANK']),
-                  'world_size': world, 'host': socket.gethostname(),
-                  'backend': backend, 'device': str(device), 'steps': step,
-                  'examples': step * B, 'seconds_compute': seconds,
-                  'seconds_communication': 0.0, 'seconds_total': total,
-                  'first_shard_of_epoch': first_batches}
-    everyone = [None] * world
-    dist.all_gather_object(everyone, (mine_times, losses))
-    whole = gather_stages(mine)
-    if rank == 0:
-        net = nn.Sequential(*pipeline_stages(args.seed))
-        with torch.no_grad():
-            for name, p in net.named_parameters():  # '0.params.1'
-                s, _kind, i = name.split('.')
-                p.copy_(torch.from_numpy(whole[f'{s}.{i}']))
-        acc = evaluate(net.to(device), X_test, y_test, device)
-        mine_times['test_acc'] = acc
-        result = {'framework': 'torch', 'world_size': world,
-                  'backend': backend, 'epochs': args.epochs,
-                  'batch_size': B, 'lr': args.lr, 'seed': args.seed,
-                  'num_train': len(y_train), 'num_test': len(y_test),
-                  'data': source, 'steps': step, 'examples': step * B,
-                  'test_acc': acc, 'model': 'pipeline MLP',
-                  'microbatches': m, 'losses': everyone[-1][1],
-                  'seconds_total': max(p['seconds_total'] for p, _l in
-                                       everyone),
-                  'processes': [p for p, _l in everyone]}
-        write_json(os.path.join(args.out, 'result.json'), result)
-        print(_('test acc {test_acc:.3f} with {world} processes '
-                '({backend}), {seconds:.1f} sec').format(
-            test_acc=acc, world=world, backend=backend, seconds=total),
-            flush=True)
-    write_json(os.path.join(args.out, f'rank{rank}.json'), mine_times)
-    dist.destroy_process_group()
-
-
-# --------------------------------------------------------------------------
-# Checkpoints and restarts (--checkpoint, --fail-at-step)
-# --------------------------------------------------------------------------
-CHECKPOINT = 'checkpoint.pt'
-
-
-def save_checkpoint(path, state):
-    # Write state to path so that path always holds a whole checkpoint:
-    # the former one or the new one, never half of it
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    # A temporary file in the same folder: os.replace then only renames
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.checkpoint-',
-                               suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())  # on the disk before it takes the name
-        os.replace(tmp, path)  # atomic: a reader sees the old or the new
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-
-
-def resume(args, model, optimizer, precision, order):
-    """Load the checkpoint of ``--checkpoint`` into `model` (DDP),
-    `optimizer` and `precision`; return (epochs done, steps done), (0, 0)
-    when there is none. Rank 0 reads the file and sends it to the others,
-    which may run on machines that do not have it."""
-    if not args.checkpoint:
-        return 0, 0
-    path = os.path.join(args.checkpoint, CHECKPOINT)
-    state = [None]
-    if dist.get_rank() == 0 and os.path.exists(path):
-        state[0] = torch.load(path, map_location='cpu', weights_only=True)
-    dist.broadcast_object_list(state)  # rank 0's checkpoint, or None
-    state = state[0]
-    if state is None:
-        return 0, 0
-    # The order of epoch e is drawn from (seed, e): the same seed, data
-    # and global batch give the same order as before the failure
-    if state['data_order'] != order:
-        raise ValueError(error_message(
-            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
-            'remove it, or pass the same --seed, --num-train and '
-            '--batch-size.', path=path, saved=state['data_order'],
-            now=order))
-    model.module.load_state_dict(state['model'])
-    optimizer.load_state_dict(state['optimizer'])
-    precision.load_state_dict(state['precision'])
-    if dist.get_rank() == 0:
-        print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
-                'done').format(path=path, epochs=state['epoch'],
-                               steps=state['step']), flush=True)
-    return state['epoch'], state['step']
-
-
-def fresh_store(rank, world):
-    """The key-value store that torchrun's rendezvous set up, with the
-    keys of this attempt under a prefix of their own: after a restart,
-    the store may still hold the addresses of the processes that were
-    stopped, and a process would try to connect to those."""
-    store, _rank, _world = next(dist.rendezvous('env://', rank, world))
-    return dist.PrefixStore(f'attempt{restarts()}/', store)
-
-
-def restarts():
-    """How many times torchrun has restarted the processes of this run."""
-    return int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
-
-
-# --------------------------------------------------------------------------
-# Mixed precision (--amp)
-# --------------------------------------------------------------------------
-class Precision:
-    """How the training loop computes: in float32, or with ``amp`` in
-    mixed precision: the forward pass in bfloat16 on a CPU, in float16 on
-    a GPU, where a ``GradScaler`` multiplies the loss before the backward
-    pass (small float16 gradients would round to zero) and divides the
-    gradients before the update. The parameters stay in float32."""
-
-    def __init__(self, amp, cuda):
-        self.device_type = 'cuda' if cuda else 'cpu'
-        self.dtype = None
-        if amp:
-            self.dtype = torch.float16 if cuda else torch.bfloat16
-        self.scaler = torch.amp.GradScaler('cuda') if amp and cuda else None
-        self.name = str(self.dtype).replace('torch.', '') if amp else None
-        self.seen = None  # the dtype of the first output
-
-    def autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.dtype)
-
-    def watch(self, output):
-        if self.seen is None:
-            self.seen = str(output.dtype).replace('torch.', '')
-        return output
-
-    def backward(self, loss):
-        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-
-    def step(self, optimizer):
-        if self.scaler is None:
-            optimizer.step()
-        else:  # skips the step if a gradient overflowed, then adapts
-            self.scaler.step(optimizer)
-            self.scaler.update()
-
-    def state_dict(self):
-        return {} if self.scaler is None else self.scaler.state_dict()
-
-    def load_state_dict(self, state):
-        if self.scaler is not None and state:
-            self.scaler.load_state_dict(state)
-
-
 class Sharded(nn.Module):
     """`net` sharded with FSDP's ``fully_shard``: every layer with
     parameters is a unit of its own (gathered just before it computes,
@@ -635,94 +387,6 @@ class Sharded(nn.Module):
 
     def forward(self, X):
         return self.module(X)
-
-
-def count_correct(net, X, y, device, batch_size=1024):
-    """How many examples of (X, y) `net` classifies correctly."""
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, len(y), batch_size):
-            X_b = torch.from_numpy(X[i:i + batch_size]).to(device)
-            y_b = torch.from_numpy(y[i:i + batch_size]).to(device)
-            correct += int((net(X_b).argmax(dim=1) == y_b).sum())
-    return correct
-
-
-def evaluate(net, X, y, device, batch_size=1024):
-    """The accuracy on the whole of (X, y), in this process alone."""
-    return count_correct(net, X, y, device, batch_size) / len(y)
-
-
-# --------------------------------------------------------------------------
-# Practices of real jobs: sharding with a sampler, accumulating gradients,
-# evaluating in every process
-# --------------------------------------------------------------------------
-def sharded_loader(dataset, batch_size, rank, world, seed=0, num_workers=0,
-                   pin_memory=None):
-    """(sampler, loader): process `rank` of `world`'s part of `dataset`.
-
-    The `DistributedSampler` shuffles the indices with the seed
-    ``seed + epoch`` (the same in every process) and gives this process
-    every `world`-th of them, from `rank` on; call
-    ``sampler.set_epoch(epoch)`` before each epoch, or every epoch repeats
-    the order of the first. `num_workers` processes load the batches
-    while this one trains. Pinned (page-locked) memory lets a batch be
-    copied to a GPU asynchronously; it is the default only with a GPU,
-    since without one it costs a copy and locked memory for nothing."""
-    if pin_memory is None:
-        pin_memory = torch.cuda.is_available()
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank,
-                                 shuffle=True, seed=seed, drop_last=True)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler,
-                        num_workers=num_workers, pin_memory=pin_memory)
-    return sampler, loader
-
-
-def first_indices(num_examples, world, epochs, set_epoch, count=6, seed=0):
-    """{rank: [the first `count` indices of each epoch]} that the
-    `DistributedSampler` of each of `world` processes gives, with or
-    without ``set_epoch`` before each epoch."""
-    dataset = TensorDataset(torch.arange(num_examples))
-    seen = {}
-    for rank in range(world):
-        sampler = sharded_loader(dataset, 1, rank, world, seed)[0]
-        seen[rank] = []
-        for epoch in range(epochs):
-            if set_epoch:
-                sampler.set_epoch(epoch)
-            seen[rank].append(list(sampler)[:count])
-    return seen
-
-
-def accumulate_gradients(model, loss_fn, X, y, micro_steps, precision):
-    # Backpropagate the mean loss over (X, y) in micro_steps equal
-    # micro-batches, whose gradients add up; return the last loss
-    chunks = list(zip(X.chunk(micro_steps), y.chunk(micro_steps)))
-    for i, (X_m, y_m) in enumerate(chunks):
-        last = i == len(chunks) - 1
-        # Under DDP, no_sync() keeps every backward pass but the last one
-        # from communicating; the last one averages the sums over processes
-        quiet = (model.no_sync() if isinstance(
-            model, DistributedDataParallel) and not last
-            else contextlib.nullcontext())
-        with quiet:
-            with precision.autocast():  # float32 unless --amp
-                loss = loss_fn(precision.watch(model(X_m)), y_m)
-            # Divided by micro_steps: the sum is the mean over the shard
-            precision.backward(loss / micro_steps)
-    return loss
-
-
-def evaluate_shared(net, X, y, device, rank, world, batch_size=1024):
-    # (correct, total) on the whole of (X, y), counted by all processes:
-    # each counts on its share, every world-th example from rank on
-    share = slice(rank, None, world)
-    counts = torch.tensor([count_correct(net, X[share], y[share], device,
-                                         batch_size), len(y[share])],
-                          dtype=torch.int64, device=device)
-    dist.all_reduce(counts)  # the sums, which every process receives
-    correct, total = counts.tolist()
-    return correct, total
 
 
 if __name__ == '__main__':

@@ -207,6 +207,17 @@ def error_message(message, **fields):
 # --------------------------------------------------------------------------
 # Text that lines up in a fixed-width font, Chinese included
 # --------------------------------------------------------------------------
+# The messages said so far in this process (`say_once`)
+_said = set()
+
+
+def say_once(message):
+    """Print `message` the first time it is asked for in this process."""
+    if message not in _said:
+        _said.add(message)
+        print(message)
+
+
 def display_width(text):
     """Columns `text` takes in a fixed-width font (a CJK character two)."""
     return sum(2 if unicodedata.east_asian_width(c) in 'WF' else 1

@@ -17,7 +17,10 @@ from mxnet import autograd, gluon, np, npx  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402,F401
 
 from d2lpar import _backend  # noqa: E402
-from d2lpar import _common  # noqa: E402
+from d2lpar import api as _api  # noqa: E402
+from d2lpar import checks as _checks  # noqa: E402
+from d2lpar import collectives as _collectives  # noqa: E402
+from d2lpar import training as _training  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
 from d2lpar import sharding as _sharding  # noqa: E402
 from d2lpar._backend import *  # noqa: E402,F401,F403 (shared names)
@@ -32,7 +35,7 @@ from d2lpar._mxnet.timeline import Timeline  # noqa: E402
 
 npx.set_np()
 
-__all__ = _common.SHARED + _common.BACKEND
+__all__ = _api.SHARED + _api.BACKEND
 
 # Chinese text in every plot of the lesson, its own plt calls included:
 # register the CJK font with matplotlib now (d2lpar/fonts.py).
@@ -76,7 +79,7 @@ def sgd(params, lr, batch_size):
 def check_allreduce(data):
     """Check that `data` can be summed in place by `allreduce`: a list of
     same-shape, same-dtype, distinct arrays, one per device."""
-    _common.check_allreduce(data, memory_of=_memory, device_of=_device_of)
+    _checks.check_allreduce(data, memory_of=_memory, device_of=_device_of)
 
 
 def check_collective(arrays, name, same_rows=True):
@@ -114,8 +117,16 @@ def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
     check_allreduce(data)
-    _common.ring_allreduce_with(data, _flat, _copy_like,
-                                copy_into=_copy_into)
+    if len(data) == 1:
+        return
+    flats = [_flat(x) for x in data]  # views: written in place
+    for phase, i, j, start, end in _collectives.ring_steps(
+            flats[0].shape[0], len(flats)):
+        if phase == 'reduce-scatter':
+            view = flats[j][start:end]
+            view += _copy_like(flats[i][start:end], flats[j])
+        else:
+            _copy_into(flats[i][start:end], flats[j][start:end])
 
 
 # The sum of each chunk, one buffer per (device, dtype, chunk), kept from
@@ -149,7 +160,7 @@ def direct_allreduce(data):
     if k == 1:
         return
     flats = [_flat(x).as_nd_ndarray() for x in data]
-    b = _common.chunk_bounds(flats[0].shape[0], k)
+    b = _collectives.chunk_bounds(flats[0].shape[0], k)
     chunks = [c for c in range(k) if b[c] < b[c + 1]]  # n < k: some empty
     sums = {}
     for c in chunks:  # device c's own piece first: an MXNet operator runs
@@ -168,8 +179,8 @@ def check_finite(params, epoch, lr):
     infinite values (training diverged), or when `lr` is not a finite
     number above 0; a lesson calls it after each epoch."""
     if not all(bool(np.isfinite(p).all()) for p in params):
-        raise _common.diverged(epoch, lr)
-    _common.check_lr(lr)
+        raise _checks.diverged(epoch, lr)
+    _checks.check_lr(lr)
 
 
 def _max_abs_diff(a, b):
@@ -224,7 +235,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     `net` (the same on all `devices`; batch normalization's running
     statistics differ between devices, so evaluate on ``devices[0]``, as
     the reported accuracies are), and returns a `TrainResult`."""
-    devices = _common.check_concise(batch_size, devices, num_train,
+    devices = _checks.check_concise(batch_size, devices, num_train,
                                     num_epochs, warmup_epochs, lr)
 
     def train(report):
@@ -233,7 +244,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
         fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
             warmup_epochs, report)
 
-    return _common.run_concise(devices, batch_size, num_epochs, num_train,
+    return _training.run_concise(devices, batch_size, num_epochs, num_train,
                                num_test, plot, train)
 
 

@@ -19,7 +19,10 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from torch.profiler import record_function  # noqa: E402
 
 from d2lpar import _backend  # noqa: E402
-from d2lpar import _common  # noqa: E402
+from d2lpar import api as _api  # noqa: E402
+from d2lpar import checks as _checks  # noqa: E402
+from d2lpar import collectives as _collectives  # noqa: E402
+from d2lpar import training as _training  # noqa: E402
 from d2lpar import fonts as _fonts  # noqa: E402
 from d2lpar import sharding as _sharding  # noqa: E402
 from d2lpar._backend import *  # noqa: E402,F401,F403 (shared names)
@@ -34,7 +37,7 @@ from d2lpar._torch.processes import _run_processes  # noqa: E402
 from d2lpar._torch.timeline import Timeline  # noqa: E402
 from d2lpar.i18n import error_message  # noqa: E402
 
-__all__ = _common.SHARED + _common.BACKEND
+__all__ = _api.SHARED + _api.BACKEND
 
 # Chinese text in every plot of the lesson, its own plt calls included:
 # register the CJK font with matplotlib now (d2lpar/fonts.py).
@@ -68,7 +71,7 @@ def sgd(params, lr, batch_size):
 def check_allreduce(data):
     """Check that `data` can be summed in place by `allreduce`: a list of
     same-shape, same-dtype, distinct arrays, one per device."""
-    _common.check_allreduce(data, memory_of=_memory, device_of=_device_of)
+    _checks.check_allreduce(data, memory_of=_memory, device_of=_device_of)
 
 
 def check_collective(arrays, name, same_rows=True):
@@ -94,8 +97,18 @@ def ring_allreduce(data):
     """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
     reduce-scatter, then all-gather, over chunks of the flattened data."""
     check_allreduce(data)
+    if len(data) == 1:
+        return
     with torch.no_grad():
-        _common.ring_allreduce_with(data, _flat, _copy_like)
+        flats = [_flat(x) for x in data]  # views: written in place
+        for phase, i, j, start, end in _collectives.ring_steps(
+                flats[0].shape[0], len(flats)):
+            chunk = _copy_like(flats[i][start:end], flats[j])
+            if phase == 'reduce-scatter':
+                view = flats[j][start:end]
+                view += chunk
+            else:
+                flats[j][start:end] = chunk
 
 
 def direct_allreduce(data):
@@ -107,7 +120,7 @@ def direct_allreduce(data):
     k = len(data)
     with torch.no_grad():
         flats = [_flat(x) for x in data]
-        b = _common.chunk_bounds(flats[0].shape[0], k)
+        b = _collectives.chunk_bounds(flats[0].shape[0], k)
         for c in range(k):
             own = flats[c][b[c]:b[c + 1]]  # a view: added in place
             for i in range(1, k):
@@ -123,8 +136,8 @@ def check_finite(params, epoch, lr):
     infinite values (training diverged), or when `lr` is not a finite
     number above 0; a lesson calls it after each epoch."""
     if not all(bool(torch.isfinite(p).all()) for p in params):
-        raise _common.diverged(epoch, lr)
-    _common.check_lr(lr)
+        raise _checks.diverged(epoch, lr)
+    _checks.check_lr(lr)
 
 
 def _max_abs_diff(a, b):
@@ -183,7 +196,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     RuntimeError that shows its error. The processes are spawned, so a
     script that calls this on several devices must do so under
     ``if __name__ == '__main__':``."""
-    devices = [torch.device(d) for d in _common.check_concise(
+    devices = [torch.device(d) for d in _checks.check_concise(
         batch_size, devices, num_train, num_epochs, warmup_epochs, lr)]
     settings = (batch_size, lr, num_epochs, num_train, num_test,
                 warmup_epochs)
@@ -197,7 +210,7 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
             _run_processes(net, devices, settings, report)
             net.to(devices[0]).eval()  # as `fit` leaves it on one device
 
-    return _common.run_concise(devices, batch_size, num_epochs, num_train,
+    return _training.run_concise(devices, batch_size, num_epochs, num_train,
                                num_test, plot, train)
 
 

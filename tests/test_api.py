@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from conftest import get_backend
-from d2lpar import _common
+from d2lpar import api, timing
 
 
 # --------------------------------------------------------------------------
 # One API, two backends
 # --------------------------------------------------------------------------
 def test_importing_d2lpar_imports_no_framework():
-    code = ('import sys, d2lpar, d2lpar._common; '
+    code = ('import sys, d2lpar, d2lpar.api; '
             'print(sorted(m for m in ("torch", "mxnet", "d2l") '
             'if m in sys.modules))')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True,
@@ -27,10 +27,10 @@ def test_importing_d2lpar_imports_no_framework():
 
 
 def test_one_list_of_names_without_duplicates():
-    """Both backends export _common.SHARED + _common.BACKEND (so the same
+    """Both backends export api.SHARED + api.BACKEND (so the same
     names; test_every_exported_name_exists checks each defines them all),
     and no name is listed twice."""
-    names = _common.SHARED + _common.BACKEND
+    names = api.SHARED + api.BACKEND
     for backend in ('torch', 'mxnet'):
         assert get_backend(backend).module.__all__ == names
     assert len(names) == len(set(names))
@@ -74,12 +74,12 @@ def test_same_signature_in_both_backends(name):
     assert _comparable(sig_a) == _comparable(inspect.signature(b))
 
 
-@pytest.mark.parametrize('name', _common.SHARED)
+@pytest.mark.parametrize('name', api.SHARED)
 def test_shared_names_are_the_same_objects(name):
     assert getattr(get_backend('torch').module, name) is \
-        getattr(_common, name)
+        getattr(api, name)
     assert getattr(get_backend('mxnet').module, name) is \
-        getattr(_common, name)
+        getattr(api, name)
 
 
 def test_loss_gives_the_same_per_example_numbers_in_both_backends():
@@ -158,7 +158,7 @@ def test_try_devices_gives_k_gpus_or_k_cpu_stand_ins(backend, gpus, k):
         assert all(backend.is_cpu(d) for d in devices)
 
 
-def test_try_devices_says_once_what_it_fell_back_to(backend, gpus, common,
+def test_try_devices_says_once_what_it_fell_back_to(backend, gpus, fresh_data,
                                                    capsys):
     k = max(3, gpus + 1)  # more devices than GPUs
     assert len(backend.try_devices(k)) == k
@@ -171,7 +171,7 @@ def test_try_devices_says_once_what_it_fell_back_to(backend, gpus, common,
 
 
 def test_try_devices_says_nothing_when_there_are_enough_gpus(
-        backend, gpus, common, capsys):
+        backend, gpus, fresh_data, capsys):
     for k in range(1, gpus + 1):
         assert len(backend.try_devices(k)) == k
     assert capsys.readouterr().out == ''
@@ -194,16 +194,7 @@ def fake_free_memory(backend, monkeypatch, free):
     """Simulate len(`free`) GPUs, GPU i reporting free[i] bytes free."""
     backend.simulate_gpus(monkeypatch, len(free))
     total = 80 * 10 ** 9
-    if backend.name == 'torch':
-        import torch
-
-        def mem_get_info(device=None):
-            return free[torch.device(device).index], total
-        monkeypatch.setattr(torch.cuda, 'mem_get_info', mem_get_info)
-    else:
-        import mxnet
-        monkeypatch.setattr(mxnet.context, 'gpu_memory_info',
-                            lambda device_id=0: (free[device_id], total))
+    backend.simulate_gpu_memory(monkeypatch, lambda i: (free[i], total))
 
 
 @pytest.mark.parametrize('free', [[80_000 * MB], [2000 * MB],
@@ -227,14 +218,9 @@ def test_products_that_fit_leaves_the_cpu_workload_alone(backend,
                                                          monkeypatch):
     fake_free_memory(backend, monkeypatch, [1])  # a GPU with no room
 
-    def no_query(*args):
+    def no_query(i):
         raise AssertionError('free GPU memory asked for a CPU device')
-    if backend.name == 'torch':
-        import torch
-        monkeypatch.setattr(torch.cuda, 'mem_get_info', no_query)
-    else:
-        import mxnet
-        monkeypatch.setattr(mxnet.context, 'gpu_memory_info', no_query)
+    backend.simulate_gpu_memory(monkeypatch, no_query)
     for devices in (backend.stand_ins(2), [backend.cpu()]):
         assert backend.products_that_fit(50, (4000, 4000), devices) == 50
         assert backend.products_that_fit(7, (1000, 1000), devices) == 7
@@ -265,7 +251,7 @@ def test_synchronize_refuses_a_bad_device_list(backend):
 @pytest.fixture
 def records(monkeypatch):
     fresh = []
-    monkeypatch.setattr(_common.Benchmark, 'records', fresh)
+    monkeypatch.setattr(timing.Benchmark, 'records', fresh)
     return fresh
 
 

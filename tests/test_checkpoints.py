@@ -16,9 +16,9 @@ import subprocess
 import sys
 
 import numpy as np
-import psutil
 import pytest
 
+from conftest import kill_survivors
 from d2lpar import distributed
 
 # Two epochs of 8 steps; the last process dies at step 12, in epoch 2
@@ -58,19 +58,6 @@ def runs(tmp_path_factory, data_root):
         return done[framework]
 
     return get
-
-
-def _survivors(out_dir):
-    """Processes still running whose command line names `out_dir` (the
-    training scripts, torchrun); killed, so that a failure leaves none."""
-    found = []
-    for p in psutil.process_iter(['cmdline', 'status']):
-        cmd = ' '.join(p.info['cmdline'] or [])
-        if str(out_dir) in cmd and p.info['status'] != psutil.STATUS_ZOMBIE:
-            found.append(cmd)
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    return found
 
 
 def _final_params(result):
@@ -113,7 +100,7 @@ def test_a_killed_run_resumes_and_ends_as_if_nothing_happened(runs,
         assert ('worker rank 1 exited with signal SIGKILL: restarting the '
                 'whole job from its checkpoint (1 of 1).') in printed
     for result in (whole, resumed):
-        assert _survivors(result.out_dir) == []
+        assert kill_survivors(result.out_dir) == []
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -123,7 +110,7 @@ def test_without_restarts_a_killed_process_ends_the_run(tmp_path, framework):
         distributed.train(framework, 2, **ARGS, checkpoint=True,
                           fail_at_step=3, out_dir=tmp_path)
     assert os.path.exists(tmp_path / 'failed-at-step-3')
-    assert _survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 def test_max_restarts_is_checked(tmp_path):
@@ -168,7 +155,7 @@ def test_an_mxnet_save_that_fails_leaves_the_former_checkpoint(tmp_path,
                                                                monkeypatch):
     import mxnet as mx
     from d2lpar import kvstore_train
-    net = kvstore_train.lenet(0, mx.cpu())
+    net = kvstore_train.lenet(kvstore_train.initial_params(0), mx.cpu())
     state = {'epoch': 1, 'step': 8, 'data_order': {}}
     kvstore_train.save_checkpoint(str(tmp_path), net, state)
     before = kvstore_train.named_params(net)
@@ -187,7 +174,7 @@ def test_an_mxnet_save_that_fails_leaves_the_former_checkpoint(tmp_path,
     with open(tmp_path / 'checkpoint.json') as f:
         saved = json.load(f)
     assert saved['epoch'] == 1
-    other = kvstore_train.lenet(1, mx.cpu())
+    other = kvstore_train.lenet(kvstore_train.initial_params(1), mx.cpu())
     other.load_parameters(str(tmp_path / saved['params']), ctx=mx.cpu())
     after = kvstore_train.named_params(other)
     for name in before:
@@ -205,7 +192,7 @@ def test_torch_amp_computes_in_bfloat16_on_the_cpu_and_learns(runs,
     assert mixed.summary['amp'] == 'bfloat16'
     assert mixed.summary['output_dtype'] == 'bfloat16'
     assert abs(mixed.test_acc - whole.test_acc) <= 0.05
-    assert _survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 def test_mxnet_amp_says_why_it_does_not_apply(tmp_path, data_root):

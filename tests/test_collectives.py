@@ -65,13 +65,7 @@ def test_reduce_of_the_gradients_of_get_params_copies(backend, reduce):
     for i, (p,) in enumerate(copies):
         assert backend.is_on(p, devices[i])
     for i, (p,) in enumerate(copies):  # device i gets gradient i + 1
-        if backend.name == 'torch':
-            (p * (i + 1)).sum().backward()
-        else:
-            from mxnet import autograd
-            with autograd.record():
-                loss = (p * (i + 1)).sum()
-            loss.backward()
+        backend.backward(lambda: (p * (i + 1)).sum())
     grads = [p.grad for (p,) in copies]
     getattr(backend, reduce)(grads)
     for (p,), d in zip(copies, devices):
@@ -93,25 +87,18 @@ def _assert_unchanged(backend, data, before):
 
 
 @pytest.mark.parametrize('reduce', REDUCES)
-def test_reduce_of_different_shapes(backend, reduce):
-    devices = backend.try_devices(3)
-    data = [backend.array(np.ones(s, np.float32), d)
-            for s, d in zip([(2, 3), (2, 3), (3, 2)], devices)]
+@pytest.mark.parametrize('arrays, error, match', [
+    ([np.ones((2, 3), np.float32), np.ones((2, 3), np.float32),
+      np.ones((3, 2), np.float32)], ValueError,
+     r'arrays of one shape.*\[\(2, 3\), \(2, 3\), \(3, 2\)\]'),
+    ([np.ones(4, np.float32), np.ones(4, np.int32)], TypeError,
+     r'arrays of one dtype.*float32.*int32')], ids=['shapes', 'dtypes'])
+def test_reduce_of_different_shapes_or_dtypes(backend, reduce, arrays, error,
+                                              match):
+    devices = backend.try_devices(len(arrays))
+    data = [backend.array(a, d) for a, d in zip(arrays, devices)]
     before = _snapshot(backend, data)
-    with pytest.raises(ValueError, match=r'arrays of one shape.*'
-                       r'\[\(2, 3\), \(2, 3\), \(3, 2\)\]'):
-        getattr(backend, reduce)(data)
-    _assert_unchanged(backend, data, before)
-
-
-@pytest.mark.parametrize('reduce', REDUCES)
-def test_reduce_of_different_dtypes(backend, reduce):
-    devices = backend.try_devices(2)
-    data = [backend.array(np.ones(4, np.float32), devices[0]),
-            backend.array(np.ones(4, np.int32), devices[1])]
-    before = _snapshot(backend, data)
-    with pytest.raises(TypeError, match=r'arrays of one dtype.*float32.*'
-                       r'int32'):
+    with pytest.raises(error, match=match):
         getattr(backend, reduce)(data)
     _assert_unchanged(backend, data, before)
 
@@ -274,16 +261,6 @@ def test_direct_allreduce_twice_without_waiting(backend):
     _check_summed(backend, data2, second, devices)
 
 
-def _sender(backend, src, data):
-    """Which device's array the chunk `src` is a piece of."""
-    if backend.name == 'torch':  # stand-in tensors all say 'cpu'
-        ends = [(x.data_ptr(), x.data_ptr() + x.numel() * x.element_size())
-                for x in data]
-        return next(i for i, (lo, hi) in enumerate(ends)
-                    if lo <= src.data_ptr() < hi)
-    return [x.ctx for x in data].index(src.ctx)
-
-
 @pytest.mark.parametrize('k,n', [(2, 12), (3, 12), (4, 13), (5, 7)])
 def test_ring_allreduce_sends_2_k_minus_1_over_k_of_the_data(
         backend, monkeypatch, k, n):
@@ -301,7 +278,7 @@ def test_ring_allreduce_sends_2_k_minus_1_over_k_of_the_data(
         original = getattr(backend.module, hook)
 
         def copy(src, *rest):
-            sent[_sender(backend, src, data)] += src.shape[0]
+            sent[backend.sender(src, data)] += src.shape[0]
             return original(src, *rest)
         return copy
 
@@ -319,7 +296,7 @@ def test_ring_allreduce_of_transposed_arrays(backend):
     values = _values((3, 4), 2, 'float32')
     data = [backend.array(v, d).T for v, d in zip(values, devices)]
     before = _snapshot(backend, data)
-    if backend.name == 'torch':  # a view with strides: refused, untouched
+    if backend.transpose_is_a_view:  # a view with strides: refused
         with pytest.raises(ValueError, match=r'contiguous.*\.contiguous\(\)'):
             backend.ring_allreduce(data)
         _assert_unchanged(backend, data, before)
@@ -355,13 +332,9 @@ def test_split_batch_moves_features_and_labels_to_their_devices(backend):
     go to the `meta` device, which has no data but does have a name."""
     X = backend.array(np.ones((6, 2), np.float32))
     y = backend.array(np.arange(6, dtype=np.int32))
-    if backend.name == 'torch':
-        devices = [backend._fw.device('meta')] * 2
-    else:
-        devices = [backend._fw.npx.cpu(5), backend._fw.npx.cpu(6)]
+    devices = backend.named_devices()
     X_shards, y_shards = backend.split_batch(X, y, devices)
-    where = [s.device if backend.name == 'torch' else s.ctx
-             for s in X_shards + y_shards]
+    where = [backend.device_of(s) for s in X_shards + y_shards]
     assert where == devices + devices
 
 

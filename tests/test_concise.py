@@ -10,68 +10,56 @@ import numpy as np
 import psutil
 import pytest
 
+from d2lpar import training
+
 SMALL = dict(num_train=1024, num_test=256, num_epochs=3, plot=False)
-
-
-def _trainable(backend, net):
-    if backend.name == 'torch':
-        return [p.detach().numpy().copy() for p in net.parameters()]
-    return [p.data(p.list_ctx()[0]).asnumpy() for p in
-            net.collect_params().values() if p.grad_req != 'null']
-
-
-def _forward(backend, net, X):
-    if backend.name == 'torch':
-        import torch
-        return net(torch.from_numpy(X)).shape
-    from mxnet import np as mnp
-    return net(mnp.array(X)).shape
 
 
 @pytest.mark.parametrize('width, count', [(64, 11175818), (8, 176634),
                                           (4, 44738)])
 def test_resnet18_has_the_book_architecture(backend, width, count):
     net = backend.resnet18(num_classes=10, in_channels=1, width=width)
-    assert sum(p.size for p in _trainable(backend, net)) == count
+    assert sum(p.size for p in backend.trainable(net)) == count
     X = np.zeros((3, 1, 28, 28), np.float32)
-    assert tuple(_forward(backend, net, X)) == (3, 10)
+    assert tuple(backend.output_shape(net, X)) == (3, 10)
     net3 = backend.resnet18(num_classes=5, in_channels=3, width=4)
-    assert tuple(_forward(backend, net3, np.zeros((2, 3, 32, 32),
+    assert tuple(backend.output_shape(net3, np.zeros((2, 3, 32, 32),
                                                   np.float32))) == (2, 5)
 
 
-def test_learning_rate_warms_up_then_decays_to_zero(common):
+def test_learning_rate_warms_up_then_decays_to_zero():
     lr, warmup, total = 0.4, 10, 50
-    rates = [common.learning_rate(s, lr, warmup, total) for s in range(total)]
+    rates = [training.learning_rate(s, lr, warmup, total)
+             for s in range(total)]
     np.testing.assert_allclose(rates[:warmup],
                                [lr * (s + 1) / warmup for s in range(warmup)])
     assert rates[warmup - 1] == pytest.approx(lr)
     assert rates[warmup] == pytest.approx(lr)  # the decay starts at the top
     assert all(a > b for a, b in zip(rates[warmup:], rates[warmup + 1:]))
     assert rates[-1] < lr * 0.01
-    assert common.learning_rate(total, lr, warmup, total) == pytest.approx(0)
-    assert common.learning_rate(0, lr, 0, total) == lr  # no warm-up
-    half = common.learning_rate(warmup + (total - warmup) // 2, lr, warmup,
+    assert training.learning_rate(total, lr, warmup, total) == pytest.approx(0)
+    assert training.learning_rate(0, lr, 0, total) == lr  # no warm-up
+    half = training.learning_rate(warmup + (total - warmup) // 2, lr, warmup,
                                 total)
     assert half == pytest.approx(lr / 2)
-    assert math.isfinite(common.learning_rate(0, lr, 0, 0))
+    assert math.isfinite(training.learning_rate(0, lr, 0, 0))
 
 
 @pytest.mark.parametrize('k', [1, 2, 4])
-def test_shards_make_up_the_global_batch(common, k):
+def test_shards_make_up_the_global_batch(k):
     n, B = 103, 16
-    one = list(common.epoch_shards(n, B, seed=5))
+    one = list(training.epoch_shards(n, B, seed=5))
     assert len(one) == n // B and all(len(b) == B for b in one)
     assert len(set(np.concatenate(one))) == (n // B) * B  # no repeats
-    per_rank = [list(common.epoch_shards(n, B, r, k, seed=5))
+    per_rank = [list(training.epoch_shards(n, B, r, k, seed=5))
                 for r in range(k)]
     for step, batch in enumerate(one):
         shards = [per_rank[r][step] for r in range(k)]
         assert all(len(s) == B // k for s in shards)
         np.testing.assert_array_equal(np.concatenate(shards), batch)
-    assert [b.tolist() for b in common.epoch_shards(n, B, seed=5)] == \
+    assert [b.tolist() for b in training.epoch_shards(n, B, seed=5)] == \
         [b.tolist() for b in one]  # the same seed, the same order
-    assert [b.tolist() for b in common.epoch_shards(n, B, seed=6)] != \
+    assert [b.tolist() for b in training.epoch_shards(n, B, seed=6)] != \
         [b.tolist() for b in one]
 
 
@@ -97,7 +85,7 @@ def test_bad_arguments_are_refused_before_training(backend, kwargs,
 def test_train_concise_trains_net_in_place(backend, k):
     backend.seed(0)
     net = backend.resnet18(width=4)
-    before = _trainable(backend, net)
+    before = backend.trainable(net)
     devices = backend.try_devices(k)
     # The same global batch on 1 and 2 devices: 16 steps an epoch, enough
     # for batch norm's running averages (momentum 0.1) to settle before
@@ -108,13 +96,12 @@ def test_train_concise_trains_net_in_place(backend, k):
     assert result.num_epochs == 3 and len(result.test_accs) == 3
     assert result.num_examples == 1024 and result.sec_per_epoch > 0
     assert result.test_acc > 0.2  # ten classes: it learned something
-    after = _trainable(backend, net)
+    after = backend.trainable(net)
     assert any(not np.allclose(a, b) for a, b in zip(after, before))
     # The trained parameters are in `net`, ready to evaluate (PyTorch:
     # in evaluation mode): it gives the accuracy the run reported
     _, test_iter = backend.load_data_fashion_mnist(256, 1024, 256)
-    if backend.name == 'torch':
-        assert not net.training
+    assert not backend.in_training_mode(net)
     acc = backend.evaluate_accuracy(net, test_iter, devices[0])
     assert acc == pytest.approx(result.test_acc)
 
@@ -123,15 +110,7 @@ def _linear_net(backend):
     """A network with no batch normalization (whose per-device statistics
     would make k devices differ from one), drawn from a fixed seed."""
     backend.seed(1)
-    if backend.name == 'torch':
-        from torch import nn
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
-    from mxnet import init
-    from mxnet.gluon import nn
-    net = nn.HybridSequential()
-    net.add(nn.Dense(10, in_units=784))
-    net.initialize(init.Normal(0.01), ctx=backend.cpu())
-    return net
+    return backend.linear_net()
 
 
 def test_one_step_on_two_devices_equals_one_step_on_one(backend):
@@ -139,13 +118,13 @@ def test_one_step_on_two_devices_equals_one_step_on_one(backend):
     process applies the averaged gradient once, to its own copy (on CPU
     stand-ins too, where the processes could otherwise share memory)."""
     one_step = dict(num_train=128, num_test=256, num_epochs=1, plot=False)
-    before = _trainable(backend, _linear_net(backend))
+    before = backend.trainable(_linear_net(backend))
     after = {}
     for k in (1, 2):
         net = _linear_net(backend)
         backend.train_concise(net, backend.try_devices(k), 128, 0.5,
                               **one_step)
-        after[k] = _trainable(backend, net)
+        after[k] = backend.trainable(net)
     moved = max(float(np.abs(a - b).max())
                 for a, b in zip(after[1], before))
     assert moved > 1e-3  # the step did something
@@ -156,24 +135,12 @@ def test_one_step_on_two_devices_equals_one_step_on_one(backend):
 def test_a_failing_process_stops_the_run(backend):
     """A network that cannot take the images fails (PyTorch: in the
     worker processes); the error comes back, and no process is left."""
-    if backend.name == 'torch':
-        from torch import nn
-        net = nn.Sequential(nn.Flatten(), nn.Linear(10, 10))
-        expected = RuntimeError
-    else:
-        from mxnet.gluon import nn
-        net = nn.HybridSequential()
-        net.add(nn.Dense(10, in_units=10, flatten=True))
-        net.initialize()
-        from mxnet.base import MXNetError as expected  # in this process
+    net, expected = backend.failing_net()
     with pytest.raises(expected) as info:
         backend.train_concise(net, backend.try_devices(2), 64, 0.1,
                               **SMALL)
-    if backend.name == 'torch':
-        assert 'A training process failed' in str(info.value)
-        assert 'shapes cannot be multiplied' in str(info.value)
-    else:
-        assert 'Shape inconsistent' in str(info.value)
+    for message in backend.failure_messages:
+        assert message in str(info.value)
     assert _training_processes() == []
 
 

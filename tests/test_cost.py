@@ -203,24 +203,22 @@ def _dashed(ax):
     return [line for line in ax.get_lines() if line.get_linestyle() == '--']
 
 
-def test_on_cpu_stand_ins_the_limit_is_local_memory(backend):
-    backend.plot_allreduce(_rows('cpu'), 10e9, 'nvlink4')
+@pytest.mark.parametrize('on, label, seconds, title', [
+    # CPU stand-ins: the limit is local memory
+    ('cpu', 'CPU memory: 2kN bytes at 10 GB/s', lambda n: 2 * 4 * n / 10e9,
+     '4 CPU stand-ins'),
+    # GPUs: the limit is the link of the cost model
+    ('gpu', 'ring model, NVLink 4 (H100)',
+     lambda n: allreduce_time(n, 4, 'nvlink4'), '4 GPUs')])
+def test_the_dashed_line_is_the_limit_of_the_devices(backend, on, label,
+                                                     seconds, title):
+    backend.plot_allreduce(_rows(on), 10e9, 'nvlink4')
     ax, = plt.gcf().axes
     line, = _dashed(ax)
-    assert line.get_label() == 'CPU memory: 2kN bytes at 10 GB/s'
+    assert line.get_label() == label
     assert list(line.get_ydata()) == pytest.approx(
-        [2 * 4 * n / 10e9 for n in (4096, 1 << 24)])
-    assert ax.get_title() == '4 CPU stand-ins'
-
-
-def test_on_gpus_the_limit_is_the_link_of_the_cost_model(backend):
-    backend.plot_allreduce(_rows('gpu'), 10e9, 'nvlink4')
-    ax, = plt.gcf().axes
-    line, = _dashed(ax)
-    assert line.get_label() == 'ring model, NVLink 4 (H100)'
-    assert list(line.get_ydata()) == pytest.approx(
-        [allreduce_time(n, 4, 'nvlink4') for n in (4096, 1 << 24)])
-    assert ax.get_title() == '4 GPUs'
+        [seconds(n) for n in (4096, 1 << 24)])
+    assert ax.get_title() == title
 
 
 def test_on_gpus_of_an_unknown_link_there_is_no_limit_line(backend):

@@ -4,7 +4,7 @@ folder, the stand-in data set, and the loaders of both backends.
 The download tests serve small IDX files of our own, from a file:// URL or
 from a local HTTP server that counts the requests, so nothing goes to the
 network. Tests of the framework-free helpers in
-`d2lpar._common` that no backend wraps (read_idx, download, the stand-in
+`d2lpar.data` that no backend wraps (read_idx, download, the stand-in
 generator) run once; everything a backend exposes runs on both.
 """
 import collections
@@ -26,8 +26,8 @@ import types
 import numpy as np
 import pytest
 
-from d2lpar import _common
-from d2lpar._common import DataError
+from d2lpar import data
+from d2lpar.data import DataError
 
 NAMES = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
          'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')}
@@ -68,7 +68,7 @@ def test_read_idx_of_a_file_written_by_hand(tmp_path):
     bytes in C order."""
     raw = (b'\x00\x00\x08\x03' + b'\x00\x00\x00\x02' + b'\x00\x00\x00\x03'
            + b'\x00\x00\x00\x04' + bytes(range(24)))
-    got = _common.read_idx(write_gz(tmp_path / 'hand.gz', raw))
+    got = data.read_idx(write_gz(tmp_path / 'hand.gz', raw))
     assert got.dtype == np.uint8 and got.shape == (2, 3, 4)
     assert got[1, 0, 2] == 1 * 12 + 0 * 4 + 2
     np.testing.assert_array_equal(got.ravel(), np.arange(24))
@@ -77,9 +77,9 @@ def test_read_idx_of_a_file_written_by_hand(tmp_path):
 
 def test_read_idx_reads_back_exactly(tmp_path):
     images, labels = images_and_labels(5, 0)
-    got_images = _common.read_idx(write_gz(tmp_path / 'i.gz',
+    got_images = data.read_idx(write_gz(tmp_path / 'i.gz',
                                            idx_bytes(images)))
-    got_labels = _common.read_idx(write_gz(tmp_path / 'l.gz',
+    got_labels = data.read_idx(write_gz(tmp_path / 'l.gz',
                                            idx_bytes(labels)))
     assert got_images.dtype == got_labels.dtype == np.uint8
     assert got_images.shape == (5, 28, 28) and got_labels.shape == (5,)
@@ -88,7 +88,7 @@ def test_read_idx_reads_back_exactly(tmp_path):
 
 
 def test_read_idx_of_an_empty_set(tmp_path):
-    got = _common.read_idx(write_gz(tmp_path / 'e.gz',
+    got = data.read_idx(write_gz(tmp_path / 'e.gz',
                                     idx_bytes(np.zeros((0, 28, 28)))))
     assert got.shape == (0, 28, 28)
 
@@ -108,7 +108,7 @@ def test_read_idx_of_a_truncated_gzip_file(tmp_path):
     path = write_gz(tmp_path / 'cut.gz', idx_bytes(images))
     path.write_bytes(path.read_bytes()[:len(path.read_bytes()) // 2])
     with pytest.raises(DataError, match='not a readable gzip file') as error:
-        _common.read_idx(path)
+        data.read_idx(path)
     _assert_says_delete(error, path)
 
 
@@ -117,14 +117,14 @@ def test_read_idx_of_truncated_data(tmp_path):
     path = write_gz(tmp_path / 'short.gz', idx_bytes(images)[:-100])
     with pytest.raises(DataError, match=r'holds 3036 bytes of data, its '
                        r'header promises 3136.*truncated') as error:
-        _common.read_idx(path)
+        data.read_idx(path)
     _assert_says_delete(error, path)
 
 
 def test_read_idx_of_a_truncated_header(tmp_path):
     path = write_gz(tmp_path / 'head.gz', bytes([0, 0, 8, 3, 0, 0, 0, 4]))
     with pytest.raises(DataError, match=r'truncated \(header\)') as error:
-        _common.read_idx(path)
+        data.read_idx(path)
     _assert_says_delete(error, path)
 
 
@@ -133,7 +133,7 @@ def test_read_idx_of_a_truncated_header(tmp_path):
 def test_read_idx_with_a_bad_magic_number(tmp_path, magic):
     path = write_gz(tmp_path / 'magic.gz', magic + b'\x00' * 12)
     with pytest.raises(DataError, match='bad magic number') as error:
-        _common.read_idx(path)
+        data.read_idx(path)
     _assert_says_delete(error, path)
 
 
@@ -142,7 +142,7 @@ def test_read_idx_of_a_file_that_is_not_gzip(tmp_path):
     path = tmp_path / 'plain.gz'
     path.write_bytes(idx_bytes(images))  # IDX, but not compressed
     with pytest.raises(DataError, match='not a readable gzip file') as error:
-        _common.read_idx(path)
+        data.read_idx(path)
     _assert_says_delete(error, path)
 
 
@@ -167,14 +167,14 @@ def mirror(tmp_path):
 
 
 @pytest.fixture
-def online(common, monkeypatch, mirror, tmp_path):
+def online(fresh_data, monkeypatch, mirror, tmp_path):
     """Downloads allowed, from `mirror`, into an empty cache."""
     url, files, arrays = mirror
     cache = tmp_path / 'cache'
     monkeypatch.delenv('D2LPAR_OFFLINE', raising=False)
     monkeypatch.setenv('D2LPAR_DATA', str(cache))
     monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', url)
-    monkeypatch.setattr(common, 'FASHION_MNIST_FILES', files)
+    monkeypatch.setattr(data, 'FASHION_MNIST_FILES', files)
     return cache / 'FashionMNIST' / 'raw', files, arrays
 
 
@@ -221,10 +221,10 @@ def test_download_of_good_files(backend, online, capsys):
     assert [label_of[x.tobytes()] for x in X] == y.tolist()
     # Loaded again, nothing is downloaded again
     calls = []
-    _common.fashion_mnist_arrays.cache_clear()
-    original = _common.download
+    data.fashion_mnist_arrays.cache_clear()
+    original = data.download
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(_common, 'download',
+        m.setattr(data, 'download',
                   lambda *a, **k: calls.append(a) or original(*a, **k))
         _loaded(backend)
     assert calls == []
@@ -248,7 +248,7 @@ def test_a_download_with_the_wrong_md5_is_not_kept(online, tmp_path):
     url = os.environ['D2LPAR_FASHION_MNIST_URL'] + name
     with pytest.raises(DataError, match=r'arrived with MD5 [0-9a-f]{32}, '
                        r'expected 0{32}'):
-        _common.download(url, str(raw / name), '0' * 32)
+        data.download(url, str(raw / name), '0' * 32)
     assert not (raw / name).exists()
     assert _leftovers(raw) == []
 
@@ -265,7 +265,7 @@ def test_loader_falls_back_when_a_download_has_the_wrong_md5(
     assert 'Data: the stand-in data set, 20 training and 10 test images.' \
         in out
     assert f'expected {"0" * 32}: the download is damaged' in out  # why
-    X_stand_in, y_stand_in = _common.stand_in_fashion_mnist(10, seed=1)
+    X_stand_in, y_stand_in = data.stand_in_fashion_mnist(10, seed=1)
     np.testing.assert_array_equal(_concat(test)[1], y_stand_in)
 
 
@@ -274,8 +274,8 @@ def test_unreachable_mirror_falls_back_to_the_stand_in_once(
     raw, _, _ = online
     monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', 'file:///nonexistent/')
     calls = []
-    original = _common.download
-    monkeypatch.setattr(_common, 'download',
+    original = data.download
+    monkeypatch.setattr(data, 'download',
                         lambda *a, **k: calls.append(a[0]) or original(*a,
                                                                        **k))
     _, test = _loaded(backend, num_train=30, num_test=12)
@@ -287,9 +287,9 @@ def test_unreachable_mirror_falls_back_to_the_stand_in_once(
         in out
     # One failed attempt, then no more waiting on the network
     assert calls == ['file:///nonexistent/train-images-idx3-ubyte.gz']
-    assert _common._offline is True
+    assert data._offline is True
     assert not any(raw.glob('*.gz')) and _leftovers(raw) == []
-    X_stand_in, y_stand_in = _common.stand_in_fashion_mnist(12, seed=1)
+    X_stand_in, y_stand_in = data.stand_in_fashion_mnist(12, seed=1)
     X, y = _concat(test)
     np.testing.assert_array_equal(y, y_stand_in)
     np.testing.assert_array_equal(
@@ -314,7 +314,7 @@ def test_a_corrupt_cached_file_that_cannot_be_fetched(backend, online,
     assert (raw / name).read_bytes() == b'garbage'  # not ours to delete
 
 
-def test_files_that_disagree_on_the_number_of_examples(common, mirror,
+def test_files_that_disagree_on_the_number_of_examples(fresh_data, mirror,
                                                        tmp_path, monkeypatch):
     _, files, _ = mirror
     raw = tmp_path / 'cache' / 'FashionMNIST' / 'raw'
@@ -323,9 +323,9 @@ def test_files_that_disagree_on_the_number_of_examples(common, mirror,
     write_gz(raw / NAMES['train'][1], idx_bytes(labels[:5]))
     monkeypatch.setitem(files, 'train', tuple(
         (n, md5(raw / n)) for n in NAMES['train']))
-    monkeypatch.setattr(common, 'FASHION_MNIST_FILES', files)
+    monkeypatch.setattr(data, 'FASHION_MNIST_FILES', files)
     with pytest.raises(DataError, match='has 6 images but .* has 5 labels'):
-        common.fetch_fashion_mnist('train', root=str(tmp_path / 'cache'))
+        data.fetch_fashion_mnist('train', root=str(tmp_path / 'cache'))
 
 
 # --------------------------------------------------------------------------
@@ -393,12 +393,12 @@ def _digests(result):
 
 _DOWNLOADER = """
 import hashlib, json, sys
-from d2lpar import _common
-_common.FASHION_MNIST_FILES = {k: tuple(map(tuple, v)) for k, v in
-                               json.loads(sys.argv[1]).items()}
+from d2lpar import data
+data.FASHION_MNIST_FILES = {k: tuple(map(tuple, v)) for k, v in
+                            json.loads(sys.argv[1]).items()}
 print('ready', flush=True)
 sys.stdin.readline()  # 'go': all downloaders start at once
-result = [_common.fetch_fashion_mnist(s) for s in ('train', 'test')]
+result = [data.fetch_fashion_mnist(s) for s in ('train', 'test')]
 assert None not in result, 'fell back to the stand-in'
 print(json.dumps([[a.dtype.str, list(a.shape),
                    hashlib.sha256(a.tobytes()).hexdigest()]
@@ -452,7 +452,7 @@ def test_concurrent_processes_fetch_each_file_once(http_mirror, tmp_path):
 
 @pytest.mark.parametrize('damage', ['another file', 'cut short'])
 def test_a_damaged_download_is_refused_then_fetched_again(
-        common, http_mirror, tmp_path, monkeypatch, capsys, damage):
+        fresh_data, http_mirror, tmp_path, monkeypatch, capsys, damage):
     """The mirror sends bytes whose MD5 is wrong: a valid IDX file with
     one pixel changed (only the checksum can tell), or the first half of
     the file. download() says so and keeps nothing; the loader falls back
@@ -463,14 +463,14 @@ def test_a_damaged_download_is_refused_then_fetched_again(
         images = http_mirror.arrays['train'][0].copy()
         images[0, 0, 0] ^= 1
         other = write_gz(tmp_path / 'other.gz', idx_bytes(images))
-        common.read_idx(other)  # a valid file: only its MD5 gives it away
+        data.read_idx(other)  # a valid file: only its MD5 gives it away
         bad = other.read_bytes()
     else:
         bad = good[:len(good) // 2]
     http_mirror.serve['/' + name] = bad
     monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', http_mirror.url)
     monkeypatch.delenv('D2LPAR_OFFLINE')
-    monkeypatch.setattr(common, 'FASHION_MNIST_FILES', http_mirror.files)
+    monkeypatch.setattr(data, 'FASHION_MNIST_FILES', http_mirror.files)
     root = tmp_path / 'cache'
     raw = root / 'FashionMNIST' / 'raw'
     path = raw / name
@@ -479,22 +479,22 @@ def test_a_damaged_download_is_refused_then_fetched_again(
                rf'{hashlib.md5(bad).hexdigest()}, expected {md5sum}: the '
                rf'download is damaged')
     with pytest.raises(DataError, match=refusal):
-        common.download(http_mirror.url + name, str(path), md5sum)
+        data.download(http_mirror.url + name, str(path), md5sum)
     assert not path.exists() and _leftovers(raw) == []
 
-    assert common.fetch_fashion_mnist('train', root=str(root)) is None
+    assert data.fetch_fashion_mnist('train', root=str(root)) is None
     assert re.search(refusal, capsys.readouterr().out)
     assert not path.exists() and _leftovers(raw) == []
-    assert common._offline is False  # a bad file is no network failure
+    assert data._offline is False  # a bad file is no network failure
     assert http_mirror.gets['/' + name] == 2
 
     del http_mirror.serve['/' + name]  # the mirror is repaired
-    images, labels = common.fetch_fashion_mnist('train', root=str(root))
+    images, labels = data.fetch_fashion_mnist('train', root=str(root))
     assert md5(path) == md5sum and _leftovers(raw) == []
     np.testing.assert_array_equal(images, http_mirror.arrays['train'][0])
     np.testing.assert_array_equal(labels, http_mirror.arrays['train'][1])
     assert http_mirror.gets['/' + name] == 3
-    common.fetch_fashion_mnist('train', root=str(root))  # from the cache
+    data.fetch_fashion_mnist('train', root=str(root))  # from the cache
     assert sum(http_mirror.gets.values()) == 3 + 1  # + the labels, once
 
 
@@ -582,16 +582,16 @@ def test_data_dir_with_nowhere_to_write(backend, no_env_dir, monkeypatch):
 # The stand-in data set
 # --------------------------------------------------------------------------
 def test_stand_in_is_deterministic():
-    X1, y1 = _common.stand_in_fashion_mnist(300, seed=0)
-    X2, y2 = _common.stand_in_fashion_mnist(300, seed=0)
+    X1, y1 = data.stand_in_fashion_mnist(300, seed=0)
+    X2, y2 = data.stand_in_fashion_mnist(300, seed=0)
     np.testing.assert_array_equal(X1, X2)
     np.testing.assert_array_equal(y1, y2)
-    X3, _ = _common.stand_in_fashion_mnist(300, seed=1)
+    X3, _ = data.stand_in_fashion_mnist(300, seed=1)
     assert not np.array_equal(X1, X3)
 
 
 def test_stand_in_looks_like_fashion_mnist():
-    X, y = _common.stand_in_fashion_mnist(1000, seed=0)
+    X, y = data.stand_in_fashion_mnist(1000, seed=0)
     assert X.shape == (1000, 28, 28) and X.dtype == np.uint8
     assert y.shape == (1000,) and y.dtype == np.int64
     assert sorted(set(y.tolist())) == list(range(10))
@@ -600,7 +600,7 @@ def test_stand_in_looks_like_fashion_mnist():
 
 def test_stand_in_classes_differ():
     """Each class is its own pattern: the class means are far apart."""
-    X, y = _common.stand_in_fashion_mnist(2000, seed=0)
+    X, y = data.stand_in_fashion_mnist(2000, seed=0)
     means = np.stack([X[y == c].mean(axis=0) for c in range(10)])
     distances = np.linalg.norm(
         (means[:, None] - means[None, :]).reshape(100, -1), axis=1)
@@ -627,12 +627,12 @@ def test_loader_batches(backend):
         assert np.issubdtype(y.dtype, np.integer) and y.ndim == 1
         assert set(y.tolist()) <= set(range(10))
     # Offline the data is the stand-in: training seed 0, test seed 1
-    X_te, y_te = _common.stand_in_fashion_mnist(50, seed=1)
+    X_te, y_te = data.stand_in_fashion_mnist(50, seed=1)
     X, y = _concat(test)
     np.testing.assert_array_equal(X, X_te[:, None].astype(np.float32) / 255)
     np.testing.assert_array_equal(y, y_te)
     # A training epoch has distinct examples of the training set
-    X_tr, y_tr = _common.stand_in_fashion_mnist(100, seed=0)
+    X_tr, y_tr = data.stand_in_fashion_mnist(100, seed=0)
     rows = {x.tobytes(): label for x, label in
             zip(X_tr[:, None].astype(np.float32) / 255, y_tr)}
     X, y = _concat(train)

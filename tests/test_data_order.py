@@ -33,47 +33,13 @@ def test_the_data_iterator_of_lesson_2_shuffles_every_epoch(backend):
     _check_new_order_every_epoch(_epochs(seen, NUM_TRAIN // BATCH))
 
 
-def _recorder(backend, seen):
-    """A linear classifier that notes the examples each step gives it."""
-    if backend.name == 'torch':
-        from torch import nn
-
-        class Recorder(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.linear = nn.Linear(784, 10)
-
-            def forward(self, X):
-                if self.training:
-                    seen.append(_ids(X.detach().numpy()))
-                return self.linear(X.reshape(len(X), -1))
-        return Recorder()
-
-    from mxnet import autograd, gluon
-
-    class Recorder(gluon.nn.Block):
-        def __init__(self):
-            super().__init__()
-            self.linear = gluon.nn.Dense(10)
-
-        def forward(self, X):
-            if autograd.is_training():
-                seen.append(_ids(X.asnumpy()))
-            return self.linear(X)
-    net = Recorder()
-    net.initialize()
-    return net
-
-
 def test_the_concise_training_loop_shuffles_every_epoch(backend):
     seen = []
-    net = _recorder(backend, seen)
+    # A linear classifier that notes the examples each step gives it
+    net = backend.recorder(lambda X: seen.append(_ids(X)))
     device = backend.cpu()
     args = dict(batch_size=BATCH, lr=0.1, num_epochs=3, num_train=NUM_TRAIN,
                 num_test=32, warmup_epochs=0,
                 report=lambda epoch, acc, seconds: None)
-    if backend.name == 'torch':
-        backend.fit(net, net, device, 0, 1, **args)
-    else:
-        backend.fit(net, [device], **args)
+    backend.fit_on(net, device, **args)
     _check_new_order_every_epoch(_epochs(seen, NUM_TRAIN // BATCH))

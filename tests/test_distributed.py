@@ -21,7 +21,9 @@ import numpy as np
 import psutil
 import pytest
 
-from d2lpar import _common, distributed
+from conftest import kill_survivors
+from d2lpar import devices, distributed, plots
+from d2lpar.runs import device_options
 
 # Two epochs of 8 steps: the second one must see the data in a new order
 ARGS = ['--num-train', 512, '--num-test', 512, '--batch-size', 64,
@@ -73,21 +75,6 @@ def _step1(result):
     return result.first_step_params()
 
 
-def _kill_survivors(out_dir):
-    """The command lines of the processes still running that name
-    `out_dir` (the training scripts, torchrun, and the children of
-    --leave-a-child), after killing them, so that a failing test leaves
-    nothing behind."""
-    found = []
-    for p in psutil.process_iter(['cmdline', 'status']):
-        cmd = ' '.join(p.info['cmdline'] or [])
-        if str(out_dir) in cmd and p.info['status'] != psutil.STATUS_ZOMBIE:
-            found.append(cmd)
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    return found
-
-
 def _read(path):
     try:
         return path.read_text(errors='replace')
@@ -126,7 +113,7 @@ def test_two_workers_take_the_same_steps_as_one(runs, framework):
             assert p['seconds_communication'] > 0
             assert p['seconds_total'] >= p['seconds_compute']
         assert result.num_examples == 512 and result.num_epochs == 2
-    assert two.backend == ('gloo' if framework == 'torch' else 'dist_sync')
+    assert two.backend == {'torch': 'gloo', 'mxnet': 'dist_sync'}[framework]
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -169,7 +156,7 @@ DEVICES = {(0, 1): 'cpu', (0, 2): 'cpu', (0, 4): 'cpu',
 @pytest.mark.parametrize('num_gpus, processes', sorted(DEVICES))
 def test_each_process_gets_a_gpu_of_its_own_or_all_use_the_cpu(
         num_gpus, processes):
-    chosen = [_common.choose_gpu(num_gpus, r, processes)
+    chosen = [devices.choose_gpu(num_gpus, r, processes)
               for r in range(processes)]
     gpus = [gpu for gpu, _ in chosen]
     notices = {notice for _, notice in chosen}
@@ -186,7 +173,7 @@ def test_each_process_gets_a_gpu_of_its_own_or_all_use_the_cpu(
                 f'{processes} processes but only {num_gpus} GPU(s)')
             assert 'CPU' in notice and '\n' not in notice
     with pytest.raises(ValueError, match='local rank 2 is not one of'):
-        _common.choose_gpu(num_gpus, 2, 2)
+        devices.choose_gpu(num_gpus, 2, 2)
 
 
 def lesson_use_gpus(d2l):
@@ -209,7 +196,7 @@ def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
     GPUs only when each of the two processes has one; on one GPU, both
     say that they train on the CPU (simulated GPU counts)."""
     use_gpus = lesson_use_gpus(backend.module)
-    options = [distributed._device_options(backend.name, None, k, use_gpus)
+    options = [device_options(backend.name, None, k, use_gpus)
                for k in (1, 2)]
     assert options[0] == options[1] == ([] if gpus >= 2 else ['--cpu'])
     said = capsys.readouterr().out.splitlines()
@@ -217,21 +204,21 @@ def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,
         assert said == [
             '1 process(es) on the CPU, as asked (use_gpus=False), although '
             'this machine has 1 GPU(s).',
-            _common.choose_gpu(1, 0, 2)[1]]
+            devices.choose_gpu(1, 0, 2)[1]]
         # Without use_gpus, the process alone would take the GPU
-        assert distributed._device_options(backend.name, None, 1) == []
+        assert device_options(backend.name, None, 1) == []
     else:
         assert said == []
 
 
 def test_use_gpus_true_requires_a_gpu_per_process(capsys):
-    assert distributed._device_options('torch', 2, 2, True) == []
+    assert device_options('torch', 2, 2, True) == []
     with pytest.raises(ValueError, match='use_gpus=True needs a GPU for '
                                          'each of the 2 processes; this '
                                          'machine has 1'):
-        distributed._device_options('torch', 1, 2, True)
+        device_options('torch', 1, 2, True)
     with pytest.raises(ValueError, match='None, True or False'):
-        distributed._device_options('torch', 1, 2, 'yes')
+        device_options('torch', 1, 2, 'yes')
     assert capsys.readouterr().out == ''
 
 
@@ -307,11 +294,11 @@ def test_the_comm_timer_adds_up_compute_and_communication():
 @pytest.mark.parametrize('framework', FRAMEWORKS)
 def test_tables_and_charts(runs, framework, capsys):
     one, two = runs(framework)
-    distributed.print_processes([one, two])
+    plots.print_processes([one, two])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + 3 and 'comm.' in lines[0]
     assert str(two).startswith(f'test acc: {two.test_acc:.2f}')
-    ax = distributed.plot_processes([one, two], title=framework)
+    ax = plots.plot_processes([one, two], title=framework)
     assert len(ax.get_yticklabels()) == 3
 
 
@@ -343,7 +330,7 @@ def test_a_crash_stops_every_process(framework, tmp_path):
     children = re.findall(r'd2lpar: rank (\d+) left process \d+ behind',
                           logs)
     assert '1' in children  # rank 1 started its child before it failed
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('role', ['scheduler', 'server'])
@@ -380,7 +367,7 @@ def test_a_dead_scheduler_or_server_stops_the_run(role, tmp_path):
     assert head.startswith(f'MXNet training with 2 workers failed: the '
                            f'{role} exited with signal SIGKILL before the '
                            f'workers were done'), str(info.value)
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -390,7 +377,7 @@ def test_a_timeout_stops_every_process(framework, tmp_path):
     with pytest.raises(RuntimeError, match='did not finish within 6 s'):
         LAUNCH[framework](2, tmp_path, args, timeout=6)
     assert time.monotonic() - start < 6 + 15  # SIGTERM, SIGKILL after 5 s
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
@@ -402,7 +389,7 @@ def test_a_busy_port_is_refused_before_anything_starts(framework, tmp_path):
         with pytest.raises(RuntimeError, match=f'port {port} .* in use'):
             LAUNCH[framework](2, tmp_path / 'out', ARGS, port=port)
     assert not (tmp_path / 'out').exists()
-    assert _kill_survivors(tmp_path) == []
+    assert kill_survivors(tmp_path) == []
     assert distributed.check_port(port) == port  # free again
 
 

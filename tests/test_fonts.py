@@ -55,7 +55,7 @@ def test_d2lpar_plots_draw_chinese_and_turkish_text():
     import sys
     from matplotlib import font_manager
     import matplotlib.pyplot as plt
-    from d2lpar import _common, fonts
+    from d2lpar import fonts, plots, timeline, timing
 
     path = fonts.cjk_font_path()
     assert path and path.endswith('NotoSansCJKsc-Regular.otf'), path
@@ -64,22 +64,22 @@ def test_d2lpar_plots_draw_chinese_and_turkish_text():
     assert not registered(), 'registered before the first plot'
 
     # A bar chart of timings, with a Chinese title and bar labels.
-    _common.Benchmark.records += [('设备 1 单独', 0.5), ('两台设备同时', 0.6)]
-    _common.plot_timings(['设备 1 单独', '两台设备同时'], title='计时（秒）')
+    timing.Benchmark.records += [('设备 1 单独', 0.5), ('两台设备同时', 0.6)]
+    plots.plot_timings(['设备 1 单独', '两台设备同时'], title='计时（秒）')
     assert registered(), 'the first plot did not register the CJK font'
     figures = [plt.gcf()]
 
     # A timeline: Chinese operation names, rows and title.
-    tl = _common.Timeline()
-    tl.events = [_common.Event('矩阵乘法', '设备 1', 0.0, 0.5),
-                 _common.Event('复制到内存', '设备 2', 0.1, 0.4, 'copy')]
+    tl = timeline.Timeline()
+    tl.events = [timeline.Event('矩阵乘法', '设备 1', 0.0, 0.5),
+                 timeline.Event('复制到内存', '设备 2', 0.1, 0.4, 'copy')]
     tl.plot('两台设备的时间线')
     figures.append(plt.gcf())
 
     # The training animator: Chinese and Turkish axis labels and legend.
     from unittest import mock
     with mock.patch('IPython.display.display'):
-        animator = _common.Animator('轮次 (ğ ş ı İ)', '测试准确率',
+        animator = plots.Animator('轮次 (ğ ş ı İ)', '测试准确率',
                                     legend=['训练', 'doğruluk İŞĞı'])
         animator.add(1, [0.5, 0.6])
         animator.add(2, [0.7, 0.8])

@@ -15,7 +15,9 @@ import tokenize
 import pytest
 from babel.messages.pofile import read_po
 
-from d2lpar import _common, cost, distributed, i18n, sharding
+from d2lpar import (checks, cost, data, ddp_launch, devices, distributed, i18n,
+                    launch, plots, runs, scripts, sharding, timeline, timing,
+                    training)
 
 ROOT = os.path.dirname(os.path.dirname(i18n.__file__))
 sys.path.insert(0, os.path.join(ROOT, 'tools'))
@@ -132,7 +134,7 @@ def test_decimal_signs_are_those_of_cldr():
 
 
 def test_importing_d2lpar_loads_no_babel():
-    code = ('import sys, d2lpar._common, d2lpar.i18n; '
+    code = ('import sys, d2lpar.api, d2lpar.i18n; '
             'print(sorted(m for m in sys.modules if "babel" in m))')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                          text=True, timeout=120, check=True).stdout
@@ -142,7 +144,7 @@ def test_importing_d2lpar_loads_no_babel():
 # --------------------------------------------------------------------------
 # What a student reads
 # --------------------------------------------------------------------------
-RESULT = _common.TrainResult(0.853, 2.04, ['cpu:0', 'cpu:1'], 3, 6000, [])
+RESULT = training.TrainResult(0.853, 2.04, ['cpu:0', 'cpu:1'], 3, 6000, [])
 EXPECTED = {
     'en': ('No GPU found, 2 devices requested: using 2 CPU stand-ins',
            'Device 1 alone: {}.{} sec',
@@ -167,9 +169,9 @@ def test_a_notice_a_benchmark_line_and_a_result(lang, speak, capsys):
     if lang != 'en':
         speak(lang)
     notice, line, result = EXPECTED[lang]
-    assert _common.fallback_notice(2, 0, 4, 'cpu:0, cpu:1').startswith(
+    assert devices.fallback_notice(2, 0, 4, 'cpu:0, cpu:1').startswith(
         notice)
-    with _common.Benchmark('Device 1 alone'):
+    with timing.Benchmark('Device 1 alone'):
         pass
     pattern = re.escape(line).replace(r'\{\}', '{}').format(
         r'\d+', r'\d{4}')
@@ -179,31 +181,31 @@ def test_a_notice_a_benchmark_line_and_a_result(lang, speak, capsys):
 
 ERRORS = [  # call, its exception type and English text (as it always
     # was), a word of each translation
-    (lambda: _common.check_split(3, 3, ['a', 'b', 'c', 'd']), ValueError,
+    (lambda: checks.check_split(3, 3, ['a', 'b', 'c', 'd']), ValueError,
      'Cannot split 3 examples over 4 devices: each device needs at least '
      'one example. Use a larger batch or fewer devices.',
      {'fr': 'répartir', 'tr': 'bölünemez', 'zh': '无法'}),
-    (lambda: _common.check_devices(None), TypeError,
+    (lambda: checks.check_devices(None), TypeError,
      'devices must be a list of devices, got None; for example '
      'd2l.try_all_gpus().',
      {'fr': 'liste', 'tr': 'listesi', 'zh': '列表'}),
-    (lambda: _common.read_idx('/nonexistent/file.gz'), _common.DataError,
+    (lambda: data.read_idx('/nonexistent/file.gz'), data.DataError,
      "/nonexistent/file.gz is not a readable gzip file ([Errno 2] No such "
      "file or directory: '/nonexistent/file.gz'). Delete it and run again "
      "to fetch a fresh copy.",
      {'fr': 'Supprimez', 'tr': 'Silip', 'zh': '删除'}),
-    (lambda: _common.check_lr(float('nan')), ValueError,
+    (lambda: checks.check_lr(float('nan')), ValueError,
      'The learning rate must be a finite number above 0, got nan: try 0.1.',
      {'fr': "taux d'apprentissage", 'tr': 'Öğrenme oranı', 'zh': '学习率'}),
     (lambda: cost.allreduce_time(1024, 2, 'pcie4', 'tree'), ValueError,
      "Unknown algorithm 'tree': use one of 'ring', 'naive'.",
      {'fr': 'Algorithme inconnu', 'tr': 'Bilinmeyen algoritma',
       'zh': '未知的算法'}),
-    (lambda: distributed._device_options('torch', 1, 2, use_gpus=True),
+    (lambda: runs.device_options('torch', 1, 2, use_gpus=True),
      ValueError, 'use_gpus=True needs a GPU for each of the 2 processes; '
      'this machine has 1.',
      {'fr': 'chacun des 2 processus', 'tr': '2 sürecin', 'zh': '2 个进程'}),
-    (lambda: _common.products_that_fit_with(lambda d: 1 << 20, 50,
+    (lambda: devices.products_that_fit_with(lambda d: 1 << 20, 50,
                                             (4000, 4000), ['cuda:0']),
      ValueError, 'cuda:0 has 0.00 GB free: not enough for even one product '
      'of shape (4000, 4000) (64 MB a result). Free GPU memory (restart the '
@@ -253,7 +255,7 @@ def test_numbers_follow_the_decimal_sign_of_the_language(lang, point,
     # A value to be typed as code keeps its point: the divergence error
     # suggests a learning rate, written with !r or as a string
     assert i18n._('{x!r}').format(x=0.5) == '0.5'
-    message = str(_common.diverged(0, 2.5))
+    message = str(checks.diverged(0, 2.5))
     assert 'e.g. 0.25.' in message.split('(en)')[-1]
     assert '0.25' in message.split('\n')[0] and '2.5' in message
 
@@ -279,10 +281,10 @@ def test_the_launcher_passes_the_language_on(speak, tmp_path):
     """A script the launcher starts (here, ddp_train without torchrun,
     which stops at once with an error) speaks the lesson's language."""
     speak('fr')
-    with distributed.Processes(str(tmp_path)) as run:
+    with launch.Processes(str(tmp_path)) as run:
         proc = run.start('script', [sys.executable, '-m', 'd2lpar.ddp_train',
                                     '--out', str(tmp_path)],
-                         distributed._env())
+                         launch.python_env())
         assert proc.wait(300) == 1
     log = run.tail('script')
     assert 'Lancez ce script avec torchrun' in log, log
@@ -295,7 +297,7 @@ def test_the_launcher_reads_a_translated_error_of_a_process(speak,
     lesson in French, its French line, then its English one."""
     speak('fr')
     with pytest.raises(RuntimeError) as info:
-        _common.shards_of_epoch(_Args(), 64, 1, 2, 0, 0).__next__()
+        scripts.shards_of_epoch(_Args(), 64, 1, 2, 0, 0).__next__()
     log = tmp_path / 'torchrun.log'
     log.write_text(
         'Root Cause (first observed failure):\n  rank      : 1 (local_rank: '
@@ -303,7 +305,7 @@ def test_the_launcher_reads_a_translated_error_of_a_process(speak,
         'recent call last):\n    File "x.py", line 1, in main\n  '
         + '\n  '.join(f'RuntimeError: {info.value}'.splitlines())
         + '\n\n=====\n', encoding='utf-8')
-    rank, code, error = distributed._torch_failure(str(log))
+    rank, code, error = ddp_launch.torch_failure(str(log))
     assert (rank, code) == (1, '1')
     assert str(error) == ("RuntimeError: le rang 1 plante à l'étape 1, "
                           'comme demandé par --crash-at-step')
@@ -331,7 +333,7 @@ def _run(framework='torch'):
 
 
 def test_the_table_of_processes_reads_as_before_in_english(capsys):
-    distributed.print_processes(_run())
+    plots.print_processes(_run())
     p = PROCESS
     assert capsys.readouterr().out.splitlines() == [
         f'{"process":<22}{"steps":>6}{"examples":>9}{"compute s":>11}'
@@ -345,7 +347,7 @@ def test_the_table_of_processes_reads_as_before_in_english(capsys):
 def test_the_table_of_processes_lines_up_in_every_language(lang, speak,
                                                            capsys):
     speak(lang)
-    distributed.print_processes([_run(), _run('mxnet')])
+    plots.print_processes([_run(), _run('mxnet')])
     head, rule, *rows = capsys.readouterr().out.splitlines()
     widths = {i18n.display_width(line) for line in [head, rule] + rows}
     assert len(widths) == 1 and 'x1' in rows[1]
@@ -358,17 +360,17 @@ def test_the_table_of_processes_lines_up_in_every_language(lang, speak,
 def test_plots_are_labelled_in_the_language(speak):
     import matplotlib.pyplot as plt
     speak('fr')
-    _common.Benchmark.records.append(('a', 0.5))
+    timing.Benchmark.records.append(('a', 0.5))
     ax = plt.subplots()[1]
-    _common.plot_timings(['a'], ax=ax)
+    plots.plot_timings(['a'], ax=ax)
     assert ax.get_xlabel() == 'secondes'
     assert ax.texts[0].get_text() == ' 0,500'
-    timeline = _common.Timeline()
-    timeline.source = 'torch.profiler'
-    timeline.events = [_common.Event('mm', 'main thread', 0, 1),
-                       _common.Event('cp', 'cpu:0 copy', 0, 1, 'copy')]
+    recorded = timeline.Timeline()
+    recorded.source = 'torch.profiler'
+    recorded.events = [timeline.Event('mm', 'main thread', 0, 1),
+                       timeline.Event('cp', 'cpu:0 copy', 0, 1, 'copy')]
     ax = plt.subplots()[1]
-    timeline.plot(ax=ax)
+    recorded.plot(ax=ax)
     assert [t.get_text() for t in ax.get_yticklabels()] == [
         'cpu:0 copie', 'thread principal']
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
@@ -393,12 +395,12 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
                               "l'anneau selon le modèle de coût et cette machine")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         'PCIe 4.0 x16', 'mesuré ici\u00a0: ring']
-    _common.plot_allreduce(rows, copy_bandwidth=2e10)
+    plots.plot_allreduce(rows, copy_bandwidth=2e10)
     ax = plt.gcf().axes[0]
     assert ax.get_title() == '2 substituts CPU'
     assert ax.get_legend().get_texts()[-1].get_text() == \
         'mémoire du CPU\u00a0: 2kN octets à 20 Go/s'
-    _common.plot_drift([0.0, 1e-8, 2e-8])
+    plots.plot_drift([0.0, 1e-8, 2e-8])
     ax = plt.gcf().axes[0]
     assert (ax.get_xlabel(), ax.get_title()) == (
         'étape', 'paramètres sur 1 périphérique et sur 2')
@@ -410,7 +412,7 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
     assert ax.get_title().startswith('état du modèle par périphérique')
     plt.close('all')
     speak('zh')
-    distributed._device_options('torch', 2, 2, use_gpus=False)
+    runs.device_options('torch', 2, 2, use_gpus=False)
     assert capsys.readouterr().out.strip() == (
         '按要求（use_gpus=False），2 个进程都在 CPU 上运行，尽管本机有 2 个 GPU。')
 

@@ -53,6 +53,14 @@ def notebooks_of(lang):
             if kind == 'lesson' or has_solutions(lang, chapter)]
 
 
+def cells(lang):
+    """(framework/chapter, cell) for every cell of the built notebooks of
+    `lang` (see `notebooks_of`)."""
+    for fw, chapter, kind in notebooks_of(lang):
+        for cell in load(lang, fw, chapter, kind)['cells']:
+            yield f'{fw}/{chapter}', cell
+
+
 class _SetStringsAside(ast.NodeTransformer):
     """Blank string constants and the text of f-strings (both translated),
     keeping f-string expressions, conversions and format specs."""
@@ -400,15 +408,13 @@ def test_english_in_output_sees_english_and_ignores_names():
 @pytest.mark.parametrize('lang', LANGS[1:])
 def test_checked_outputs_are_in_the_language_of_the_notebook(lang):
     problems = []
-    for fw, chapter, kind in notebooks_of(lang):
-        for cell in load(lang, fw, chapter, kind)['cells']:
-            for out in cell.get('outputs', []):
-                text = ''.join(out.get('text', ''))
-                for line in text.splitlines():
-                    words = english_in_output(line)
-                    if words:
-                        problems.append(f'{fw}/{chapter}: {words}: '
-                                        f'{line[:70]!r}')
+    for where, cell in cells(lang):
+        for out in cell.get('outputs', []):
+            text = ''.join(out.get('text', ''))
+            for line in text.splitlines():
+                words = english_in_output(line)
+                if words:
+                    problems.append(f'{where}: {words}: {line[:70]!r}')
     assert not problems, '\n'.join(problems)
 
 
@@ -449,17 +455,15 @@ def paragraph_language_problem(lang, text):
 @pytest.mark.parametrize('lang', LANGS[1:])
 def test_prose_is_in_the_language_of_the_notebook(lang):
     problems = []
-    for fw, chapter, kind in notebooks_of(lang):
-        for cell in load(lang, fw, chapter, kind)['cells']:
-            if cell['cell_type'] != 'markdown' or \
-                    'header' in cell['metadata'].get('tags', []):
-                continue
-            text = ''.join(cell['source'])
-            for para in re.split(r'\n\s*\n', text):
-                problem = paragraph_language_problem(lang, para)
-                if problem:
-                    problems.append(f'{fw}/{chapter}: {problem}: '
-                                    f'{para[:70]!r}')
+    for where, cell in cells(lang):
+        if cell['cell_type'] != 'markdown' or \
+                'header' in cell['metadata'].get('tags', []):
+            continue
+        text = ''.join(cell['source'])
+        for para in re.split(r'\n\s*\n', text):
+            problem = paragraph_language_problem(lang, para)
+            if problem:
+                problems.append(f'{where}: {problem}: {para[:70]!r}')
     assert not problems, '\n'.join(problems)
 
 

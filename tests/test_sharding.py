@@ -90,10 +90,7 @@ def test_reduce_scatter_needs_equal_rows_all_gather_does_not(backend):
 
 
 def _seeded_params(backend):
-    if backend.name == 'torch':
-        backend._fw.manual_seed(0)
-    else:
-        backend._fw.npx.random.seed(0)
+    backend.seed_np(0)
     return backend.mlp_params()
 
 
@@ -184,10 +181,7 @@ def test_gpipe_step_gives_the_gradients_of_the_whole_batch(backend):
                                    devices)]
     for params in stages:
         for p in params:
-            if backend.name == 'torch':
-                p.requires_grad_()
-            else:
-                p.attach_grad(grad_req='add')
+            backend.attach_grad(p, grad_req='add')
     rng = np.random.default_rng(3)
     x = rng.standard_normal((10, 1, 28, 28)).astype('float32')
     y = rng.integers(0, 10, 10).astype(LABEL)
@@ -221,11 +215,11 @@ def test_mxnet_has_no_pipeline_tool():
 
 def test_the_scripts_pipeline_stages_hold_pipeline_params():
     import torch
-    from d2lpar import ddp_train
+    from d2lpar import pipeline_train
     from d2lpar import torch as d2l
     torch.manual_seed(0)
     expected = d2l.pipeline_params()
-    stages = ddp_train.pipeline_stages(0)
+    stages = pipeline_train.pipeline_stages(0)
     for stage, params in zip(stages, expected):
         got = list(stage.parameters())
         assert len(got) == len(params)

@@ -19,8 +19,7 @@ def _products(backend):
         y = x
         for _ in range(ROUNDS):
             # every element stays 1/400: the mean of a column of y
-            y = x @ y if backend.name == 'torch' else \
-                backend.module.np.dot(x, y)
+            y = backend.matmul(x, y)
         return y
     return work
 
@@ -28,8 +27,7 @@ def _products(backend):
 def _queue_work(backend, device):
     """Queue the products on `device`; return the Future of the result."""
     x = backend.array(np.full((400, 400), 1 / 400, np.float32), device)
-    backend.numpy(x @ x if backend.name == 'torch'
-                  else backend.module.np.dot(x, x))  # warm up
+    backend.numpy(backend.matmul(x, x))  # warm up
     return backend.launch(device, _products(backend), x)
 
 
@@ -37,8 +35,7 @@ def _seconds_until_ready(backend, future):
     """How long the result of `future` still takes to be computed."""
     start = time.perf_counter()
     result = future.result()  # a PyTorch stand-in's job: waits for it
-    if backend.name == 'mxnet':
-        result.wait_to_read()  # the engine's queue: waits for it
+    backend.wait(result)  # MXNet: the engine's queue; waits for it
     seconds = time.perf_counter() - start
     np.testing.assert_allclose(backend.numpy(result), 1 / 400, rtol=1e-4)
     return seconds
@@ -58,8 +55,8 @@ def test_synchronize_waits_for_the_queued_work(backend, which):
 
 
 def test_benchmark_times_the_work_not_its_queueing(backend, monkeypatch):
-    from d2lpar import _common
-    monkeypatch.setattr(_common.Benchmark, 'records', [])
+    from d2lpar import timing
+    monkeypatch.setattr(timing.Benchmark, 'records', [])
     device = backend.try_devices(1)[0]
     with backend.Benchmark('products', [device]) as b:
         future = _queue_work(backend, device)

@@ -4,35 +4,46 @@ import json
 
 import numpy as np
 
+from conftest import get_backend
+
 
 def two_operations(backend, tl, x):
     """A product, then a copy of its result, on the first stand-in."""
     y = tl.watch(x @ x, 'product')
-    if backend.name == 'torch':
-        z = y.to('cpu', copy=True)
-    else:
-        z = y.copyto(backend.cpu())
-    tl.watch(z, 'copy', 'copy')
+    tl.watch(backend.copy_to_cpu(y), 'copy', 'copy')
 
 
-def test_timeline_holds_both_operations_in_order(backend, tmp_path):
+def _two_operations_recorded(backend):
     x = backend.array(np.ones((200, 200), np.float32))
     with backend.Timeline() as tl:
         two_operations(backend, tl, x)
     assert tl.events, 'nothing was recorded'
-    if backend.name == 'torch':
-        names = [e.name for e in tl.events]
-        assert 'aten::matmul' in names or 'aten::mm' in names, names
-        first = min(i for i, n in enumerate(names)
-                    if n in ('aten::matmul', 'aten::mm'))
-        copy = names.index('aten::to')
-        assert first < copy
-        assert tl.events[copy].kind == 'copy'
-        assert {tl.events[first].row, tl.events[copy].row} == {'CPU'}
-    else:
-        assert [e.name for e in tl.events] == ['product', 'copy']
-        assert [e.row for e in tl.events] == ['cpu(0)', 'cpu(0)']
-        assert [e.kind for e in tl.events] == ['compute', 'copy']
+    return tl
+
+
+def test_pytorch_records_the_operators_in_order():
+    """PyTorch's profiler names the operators, on the one CPU row."""
+    tl = _two_operations_recorded(get_backend('torch'))
+    names = [e.name for e in tl.events]
+    assert 'aten::matmul' in names or 'aten::mm' in names, names
+    first = min(i for i, n in enumerate(names)
+                if n in ('aten::matmul', 'aten::mm'))
+    copy = names.index('aten::to')
+    assert first < copy
+    assert tl.events[copy].kind == 'copy'
+    assert {tl.events[first].row, tl.events[copy].row} == {'CPU'}
+
+
+def test_mxnet_records_the_watched_results_in_order():
+    """MXNet's timeline names what was watched, on its context's row."""
+    tl = _two_operations_recorded(get_backend('mxnet'))
+    assert [e.name for e in tl.events] == ['product', 'copy']
+    assert [e.row for e in tl.events] == ['cpu(0)', 'cpu(0)']
+    assert [e.kind for e in tl.events] == ['compute', 'copy']
+
+
+def test_timeline_holds_both_operations_in_order(backend, tmp_path):
+    tl = _two_operations_recorded(backend)
     starts = [e.start for e in tl.events]
     assert starts == sorted(starts)
     assert all(0 <= e.start <= e.end for e in tl.events)
@@ -45,20 +56,28 @@ def test_timeline_holds_both_operations_in_order(backend, tmp_path):
     assert bars == len(tl.events)  # a bar per event
 
 
-def test_timeline_rows_follow_the_devices(backend):
+def _products_on_two_devices(backend):
     devices = backend.try_devices(2)
     xs = [backend.array(np.ones((100, 100), np.float32), d) for d in devices]
     with backend.Timeline() as tl:
         for i, x in enumerate(xs):
             tl.watch(x @ x, f'on {i}')
-    if backend.name == 'mxnet':  # one row per context, watched in order
-        assert tl.rows() == ['cpu(0)', 'cpu(1)']
-        assert {e.name: e.row for e in tl.events} == {'on 0': 'cpu(0)',
-                                                       'on 1': 'cpu(1)'}
-    else:  # the profiler sees one CPU thread doing both
-        assert tl.rows() == ['CPU']
-        assert len([e for e in tl.events if e.name in
-                    ('aten::matmul', 'aten::mm')]) == 2
+    return tl
+
+
+def test_mxnet_timeline_has_a_row_per_context():
+    """One row per context, watched in order."""
+    tl = _products_on_two_devices(get_backend('mxnet'))
+    assert tl.rows() == ['cpu(0)', 'cpu(1)']
+    assert {e.name: e.row for e in tl.events} == {'on 0': 'cpu(0)',
+                                                   'on 1': 'cpu(1)'}
+
+
+def test_pytorch_profiler_sees_one_cpu_thread_doing_both():
+    tl = _products_on_two_devices(get_backend('torch'))
+    assert tl.rows() == ['CPU']
+    assert len([e for e in tl.events if e.name in
+                ('aten::matmul', 'aten::mm')]) == 2
 
 
 def test_train_step_timeline_shows_every_stage(backend):
@@ -99,11 +118,11 @@ def test_a_row_with_compute_and_copies_draws_them_in_lanes():
     streams on one row: a copy on the side stream that overlaps a product
     must be drawn beside it, not over it (events made by hand: the
     drawing only)."""
-    from d2lpar import _common
-    tl = _common.Timeline()
-    tl.events = [_common.Event('mm', 'cuda:0', 0.0, 1.0),
-                 _common.Event('Memcpy DtoH', 'cuda:0', 0.2, 0.6, 'copy'),
-                 _common.Event('mm', 'cuda:1', 0.0, 1.0)]
+    from d2lpar import timeline
+    tl = timeline.Timeline()
+    tl.events = [timeline.Event('mm', 'cuda:0', 0.0, 1.0),
+                 timeline.Event('Memcpy DtoH', 'cuda:0', 0.2, 0.6, 'copy'),
+                 timeline.Event('mm', 'cuda:1', 0.0, 1.0)]
     ax = tl.plot()
     ys = {}  # the vertical extent of the bars of each colour and row
     for bars in ax.collections:

@@ -58,17 +58,8 @@ def test_k_devices_take_the_same_step_as_one(backend, k, reduce):
 
 def _manual_sgd_step(backend, params, X, y):
     """p - lr * (gradient of the summed loss) / batch size, by hand."""
-    if backend.name == 'torch':
-        ps = [p.detach().clone().requires_grad_() for p in params]
-        backend.loss(backend.lenet(X, ps), y).sum().backward()
-    else:
-        from mxnet import autograd
-        ps = [p.copy() for p in params]
-        for p in ps:
-            p.attach_grad()
-        with autograd.record():
-            loss = backend.loss(backend.lenet(X, ps), y)
-        loss.backward()
+    ps = [backend.copy_with_grad(p) for p in params]
+    backend.backward(lambda: backend.loss(backend.lenet(X, ps), y).sum())
     return [backend.numpy(p) - LR * backend.numpy(p.grad) / len(y)
             for p in ps]
 

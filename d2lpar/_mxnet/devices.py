@@ -4,9 +4,9 @@ import mxnet as mx
 from mxnet import np, npx
 
 from d2lpar import _backend
-from d2lpar import _common
+from d2lpar import timing as _timing
 from d2lpar import standins as _standins
-from d2lpar._common import check_devices
+from d2lpar.checks import check_devices
 from d2lpar._mxnet import STAND_IN_THREADS
 from d2lpar._mxnet.engine import _CopyEngine
 
@@ -81,8 +81,8 @@ def synchronize(devices=None):
     npx.waitall()
 
 
-class Benchmark(_common.Benchmark):
-    __doc__ = _common.Benchmark.__doc__
+class Benchmark(_timing.Benchmark):
+    __doc__ = _timing.Benchmark.__doc__
     _synchronize = staticmethod(synchronize)
 
 
@@ -101,7 +101,7 @@ def copy_bandwidth(device=None, num_bytes=1 << 26):
         x.copyto(y)
         return num_bytes
 
-    return _common.measure_copy_bandwidth_with(copy, synchronize)
+    return _timing.measure_copy_bandwidth_with(copy, synchronize)
 
 
 def _to_arrays(X, y):

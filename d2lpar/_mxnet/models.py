@@ -5,7 +5,7 @@ import math
 
 from mxnet import autograd, gluon, np, npx
 
-from d2lpar._common import gpipe_schedule, shard_bounds
+from d2lpar.sharding import gpipe_schedule, shard_bounds
 
 
 def lenet_params():

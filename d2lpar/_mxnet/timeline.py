@@ -9,7 +9,7 @@ import time
 import mxnet as mx
 from mxnet import npx
 
-from d2lpar import _common
+from d2lpar import timeline as _timeline
 from d2lpar import standins as _standins
 from d2lpar._mxnet.engine import _Engine
 from d2lpar.i18n import N_
@@ -19,7 +19,7 @@ def _kind(name):
     return 'copy' if 'copy' in name.lower() else 'compute'
 
 
-class Timeline(_common.Timeline):
+class Timeline(_timeline.Timeline):
     """Record what runs where inside a ``with`` block, then `plot` it.
 
     With an MXNet build that has its profiler, ``mx.profiler`` records
@@ -70,7 +70,7 @@ class Timeline(_common.Timeline):
             mx.profiler.set_state('stop')
             mx.profiler.dump()
             with open(self._file) as f:
-                self.events = _common.events_from_chrome_trace(json.load(f),
+                self.events = _timeline.events_from_chrome_trace(json.load(f),
                                                                _kind)
             os.remove(self._file)
         else:
@@ -78,7 +78,7 @@ class Timeline(_common.Timeline):
             for key, (label, kind, row, pushed) in enumerate(self._watched):
                 start = max(pushed, last.get((row, kind), 0.0))
                 end = max(self._ready[key], start)
-                self.events.append(_common.Event(label, row, start, end,
+                self.events.append(_timeline.Event(label, row, start, end,
                                                  kind))
                 last[row, kind] = end
             self.events.sort(key=lambda e: e.start)

@@ -6,9 +6,9 @@ import contextlib
 import torch
 
 from d2lpar import _backend
-from d2lpar import _common
+from d2lpar import timing as _timing
 from d2lpar import standins as _standins
-from d2lpar._common import check_devices
+from d2lpar.checks import check_devices
 
 
 def cpu():
@@ -135,8 +135,8 @@ def synchronize(devices=None):
             torch.cuda.synchronize(d)
 
 
-class Benchmark(_common.Benchmark):
-    __doc__ = _common.Benchmark.__doc__
+class Benchmark(_timing.Benchmark):
+    __doc__ = _timing.Benchmark.__doc__
     _synchronize = staticmethod(synchronize)
 
 
@@ -155,7 +155,7 @@ def copy_bandwidth(device=None, num_bytes=1 << 26):
         y.copy_(x)
         return num_bytes
 
-    return _common.measure_copy_bandwidth_with(copy, synchronize)
+    return _timing.measure_copy_bandwidth_with(copy, synchronize)
 
 
 @contextlib.contextmanager

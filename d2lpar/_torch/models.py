@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from d2lpar._common import gpipe_schedule
+from d2lpar.sharding import gpipe_schedule
 from d2lpar._torch.devices import launch, synchronize
 
 

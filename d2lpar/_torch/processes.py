@@ -11,7 +11,7 @@ import time
 import torch
 from torch.multiprocessing.spawn import ProcessException
 
-from d2lpar import distributed as _distributed
+from d2lpar import launch as _launch
 from d2lpar.i18n import error_message
 
 
@@ -80,7 +80,7 @@ def _run_processes(net, devices, settings, report, timeout=3600):
         procs = torch.multiprocessing.start_processes(
             _quiet_worker, nprocs=len(devices), join=False,
             start_method='spawn',
-            args=(len(devices), _distributed.free_port(), net, devices,
+            args=(len(devices), _launch.free_port(), net, devices,
                   settings, mailbox))
         state = _watch_processes(procs, mailbox, report, timeout)
     if state is None:
@@ -116,12 +116,5 @@ def _watch_processes(procs, mailbox, report, timeout):
                     'it stopped the processes: are they stuck? Try fewer '
                     'examples or a thinner network.', timeout=timeout))
     finally:
-        for p in procs.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in procs.processes:  # SIGKILL what SIGTERM did not end
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        _launch.stop_spawned(procs.processes)
     return state

@@ -5,7 +5,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from d2lpar import _common
+from d2lpar import timeline as _timeline
 from d2lpar import standins as _standins
 from d2lpar._torch.devices import synchronize
 from d2lpar.i18n import N_
@@ -17,7 +17,7 @@ def _kind(name):
                       ) else 'compute'
 
 
-class Timeline(_common.Timeline):
+class Timeline(_timeline.Timeline):
     """Record what runs where inside a ``with`` block, then `plot` it.
 
     Built on ``torch.profiler`` (CPU activities, plus CUDA ones when there
@@ -34,7 +34,7 @@ class Timeline(_common.Timeline):
             activities.append(ProfilerActivity.CUDA)
         self._prof = profile(activities=activities)
         synchronize()  # leave earlier work out of the picture
-        with _common.quiet_stderr():
+        with _timeline.quiet_stderr():
             self._prof.__enter__()
         # The profiler sees only this thread: the stand-ins' workers note
         # their work themselves, on the clock of the marker below
@@ -51,7 +51,7 @@ class Timeline(_common.Timeline):
                 raise
         finally:
             workers = _standins.recorder.stop()
-            with _common.quiet_stderr():
+            with _timeline.quiet_stderr():
                 self._prof.__exit__(*exc_info)
                 raw = list(self._prof.events())
         threads, spans, offset = {}, [], 0
@@ -75,7 +75,7 @@ class Timeline(_common.Timeline):
                   for n, r, a, b, _ in workers]
         kinds = {(n, r): k for n, r, _, _, k in workers}
         t0 = min((s[2] for s in spans), default=0)
-        self.events = [_common.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
+        self.events = [_timeline.Event(n, r, (a - t0) / 1e6, (b - t0) / 1e6,
                                      kinds.get((n, r), _kind(n)))
                        for n, r, a, b in sorted(spans, key=lambda s: s[2])]
         return False

@@ -32,17 +32,23 @@ import os
 import pathlib
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 import warnings
 
 import pytest
+
+from d2lpar.launch import free_port, stop_group
+
+# The notebook on show, once its kernel is idle
+IDLE = ('.jp-NotebookPanel:not(.lm-mod-hidden) '
+        '.jp-Notebook-ExecutionIndicator[data-status="idle"]')
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / 'build' / 'browser'
@@ -195,12 +201,6 @@ def sync_playwright():
     return sync_playwright
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def write_lab_settings(folder):
     for plugin, values in LAB_SETTINGS.items():
         path = folder / f'{plugin}.jupyterlab-settings'
@@ -223,6 +223,13 @@ class LabServer:
             body = response.read()
             return response.status, json.loads(body) if body else None
 
+    def open(self, page, path, prefix='d2lpar-'):
+        """Open notebook `path` (from the repository's root) in `page`, in
+        a fresh workspace: nothing else is open in the tab."""
+        workspace = prefix + uuid.uuid4().hex[:8]
+        page.goto(f'{self.url}/lab/workspaces/{workspace}/tree/'
+                  f'{urllib.parse.quote(path)}?reset&token={self.token}')
+
     def lab_url(self, path):
         return f'{self.url}/lab/tree/{path}?token={self.token}'
 
@@ -243,22 +250,7 @@ class LabServer:
     def stop(self):
         if self.proc.poll() is None:
             self.shutdown_kernels()
-        pgid = self.proc.pid  # start_new_session: the group is the pid
-        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-            if self.proc.poll() is not None:
-                break
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # whatever is left in the group (the server's children)
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        stop_group(self.proc, grace=20)  # the server and its children
 
 
 def lab_language():
@@ -333,9 +325,10 @@ def start_lab(home, language='en'):
         time.sleep(0.3)
 
 
-@pytest.fixture(scope='module')
-def lab_server(request, chromium_path, sync_playwright):
-    home = pathlib.Path(tempfile.mkdtemp(prefix='d2lpar-lab-'))
+def serve_lab(request, prefix, language='en'):
+    """A `jupyter lab` in a fresh home folder (named from `prefix`), which
+    stops, and the folder goes, when the fixture's scope ends."""
+    home = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
     server = None
 
     def finish():
@@ -344,8 +337,13 @@ def lab_server(request, chromium_path, sync_playwright):
         shutil.rmtree(home, ignore_errors=True)
 
     request.addfinalizer(finish)  # runs whether the tests pass or fail
-    server = start_lab(home)
+    server = start_lab(home, language=language)
     return server
+
+
+@pytest.fixture(scope='module')
+def lab_server(request, chromium_path, sync_playwright):
+    return serve_lab(request, 'd2lpar-lab-')
 
 
 @pytest.fixture(scope='module')

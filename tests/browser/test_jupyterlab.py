@@ -18,7 +18,6 @@ import re
 import time
 import urllib.error
 import urllib.parse
-import uuid
 
 import pytest
 
@@ -26,6 +25,8 @@ try:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 except ImportError:  # the fixtures skip, loudly, without playwright
     PlaywrightTimeout = Exception
+
+from .conftest import IDLE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / 'notebooks'
@@ -185,19 +186,12 @@ def test_notebook_runs_in_jupyterlab(nb, lab_server, browser,
     page = browser.new_page()
     page.set_default_timeout(60_000)
     try:
-        # A fresh workspace per notebook: nothing else is open in the tab.
-        workspace = 'd2lpar-' + uuid.uuid4().hex[:8]
-        page.goto(f'{lab_server.url}/lab/workspaces/{workspace}/tree/'
-                  f'{urllib.parse.quote(rel)}?reset&token='
-                  f'{lab_server.token}')
+        lab_server.open(page, rel)
         page.wait_for_function(
             f'() => (document.querySelectorAll(".jp-NotebookPanel:not('
             f'.lm-mod-hidden) .jp-Notebook .jp-Cell").length === '
             f'{len(cells)})', timeout=LOAD_TIMEOUT)
-        page.wait_for_selector(
-            '.jp-NotebookPanel:not(.lm-mod-hidden) '
-            '.jp-Notebook-ExecutionIndicator[data-status="idle"]',
-            timeout=LOAD_TIMEOUT)
+        page.wait_for_selector(IDLE, timeout=LOAD_TIMEOUT)
 
         # The header links, before running anything. Markdown is rendered
         # after the cells are attached: wait for the header's links.

@@ -14,15 +14,10 @@ character as an empty box.
 Kept short for `make test`: one server, one kernel, two cells.
 Screenshot: build/browser/zh-jupyterlab.png.
 """
-import pathlib
-import shutil
-import tempfile
-import urllib.parse
-import uuid
 
 import pytest
 
-from .conftest import start_lab
+from .conftest import IDLE, serve_lab
 
 NOTEBOOK = 'notebooks/zh/pytorch/auto-parallelism.ipynb'
 LOAD_TIMEOUT = 120_000  # ms
@@ -38,17 +33,7 @@ for epoch in (1, 2, 3):
 
 @pytest.fixture(scope='module')
 def lab_server_zh(request, chromium_path, sync_playwright):
-    home = pathlib.Path(tempfile.mkdtemp(prefix='d2lpar-lab-zh-'))
-    server = None
-
-    def finish():
-        if server is not None:
-            server.stop()
-        shutil.rmtree(home, ignore_errors=True)
-
-    request.addfinalizer(finish)
-    server = start_lab(home, language='zh')
-    return server
+    return serve_lab(request, 'd2lpar-lab-zh-', language='zh')
 
 
 MENU_JS = r"""() => [...document.querySelectorAll(
@@ -79,14 +64,8 @@ def test_chinese_lesson_in_chinese_jupyterlab(lab_server_zh, browser,
     page = browser.new_page()
     page.set_default_timeout(60_000)
     try:
-        workspace = 'd2lpar-zh-' + uuid.uuid4().hex[:8]
-        page.goto(f'{server.url}/lab/workspaces/{workspace}/tree/'
-                  f'{urllib.parse.quote(NOTEBOOK)}?reset&token='
-                  f'{server.token}')
-        page.wait_for_selector(
-            '.jp-NotebookPanel:not(.lm-mod-hidden) '
-            '.jp-Notebook-ExecutionIndicator[data-status="idle"]',
-            timeout=LOAD_TIMEOUT)
+        server.open(page, NOTEBOOK, 'd2lpar-zh-')
+        page.wait_for_selector(IDLE, timeout=LOAD_TIMEOUT)
 
         # (a) JupyterLab's own menus are in Chinese.
         page.wait_for_function(

@@ -83,13 +83,13 @@ def two_gpus(visible_gpus):
 
 @pytest.fixture
 def real_data(monkeypatch):
-    from d2lpar import _common
+    from d2lpar import data
     for name, value in REAL_DATA_ENV.items():
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, value)
-    monkeypatch.setattr(_common, '_offline', False)
-    _common.fashion_mnist_arrays.cache_clear()
+    monkeypatch.setattr(data, '_offline', False)
+    data.fashion_mnist_arrays.cache_clear()
     yield
-    _common.fashion_mnist_arrays.cache_clear()
+    data.fashion_mnist_arrays.cache_clear()

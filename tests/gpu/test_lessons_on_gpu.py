@@ -205,7 +205,7 @@ def test_two_processes_on_one_visible_gpu(tmp_path, monkeypatch, capsys):
     by hand with torchrun falls back by itself, and a process alone on the
     GPU (nccl) times compute and communication with CUDA events (its
     communication hook never waits for the GPU)."""
-    from d2lpar import _common
+    from d2lpar import devices
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0')
     # The parent's CUDA may already count every GPU: tell the launcher
     # what the processes will see
@@ -222,7 +222,7 @@ def test_two_processes_on_one_visible_gpu(tmp_path, monkeypatch, capsys):
     one = launch(1, 'one', num_gpus=visible, use_gpus=use_gpus)
     two = launch(2, 'two', num_gpus=visible, use_gpus=use_gpus)
     said = capsys.readouterr().out
-    assert _common.choose_gpu(1, 0, 2)[1] in said
+    assert devices.choose_gpu(1, 0, 2)[1] in said
     # By hand: torchrun without --cpu, the script decides for itself
     by_hand = launch(2, 'by-hand', num_gpus=2)
     log = (tmp_path / 'by-hand' / 'torchrun.log').read_text()

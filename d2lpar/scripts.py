@@ -1,0 +1,109 @@
+"""What the two training scripts (d2lpar.ddp_train, d2lpar.kvstore_train)
+share: their command-line options (checkpoints and restarts too), the
+shard of each step with the failures the tests ask for, and results
+written atomically.
+"""
+import os
+
+from d2lpar.i18n import _, error_message
+from d2lpar.training import epoch_shards
+
+
+def training_arguments(description, who):
+    """The command-line options that both training scripts share (`who`
+    names the processes: 'processes' or 'workers'); each script adds its
+    own and calls ``parse_args``."""
+    import argparse
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument('--out', required=True, help=_('folder for the results'))
+    p.add_argument('--epochs', type=int, default=2)
+    p.add_argument('--batch-size', type=int, default=256,
+                   help=_('global batch, over all processes')
+                   if who == 'processes' else
+                   _('global batch, over all workers'))
+    p.add_argument('--lr', type=float, default=0.2,
+                   help=_('learning rate of the first step; it decays to 0 '
+                          'by the last step (cosine)'))
+    p.add_argument('--num-train', type=int, default=None)
+    p.add_argument('--num-test', type=int, default=None)
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--cpu', action='store_true',
+                   help=_('train on the CPU even when there are GPUs'))
+    p.add_argument('--crash-at-step', type=int, default=None,
+                   help=_('to test failure handling: --crash-rank fails '
+                          'here'))
+    p.add_argument('--crash-rank', type=int, default=0)
+    p.add_argument('--leave-a-child', action='store_true',
+                   help=_('to test the cleanup: every process starts a '
+                          'process that outlives it'))
+    return p
+
+
+def shards_of_epoch(args, num_examples, rank, world, epoch, step):
+    """For the training scripts: this rank's shard of every global batch of
+    `epoch`, as ``(step, indices)`` with the step counted on from `step`.
+    With ``--crash-at-step`` the process ``--crash-rank`` fails at that
+    step (how the tests check that a crash ends the run cleanly). With
+    ``--leave-a-child`` every process first starts a process that outlives
+    it (how the tests check that the launcher stops those too)."""
+    if args.leave_a_child and step == 0:
+        leave_a_child(args.out, rank)
+    for idx in epoch_shards(num_examples, args.batch_size, rank, world,
+                            seed=(args.seed, epoch)):
+        step += 1
+        if step == args.crash_at_step and rank == args.crash_rank:
+            raise RuntimeError(error_message(
+                'rank {rank} crashes at step {step}, as asked by '
+                '--crash-at-step', rank=rank, step=step))
+        if step == getattr(args, 'fail_at_step', None) and rank == world - 1:
+            fail_once(args.out, rank, step)
+        yield step, idx
+
+
+def checkpoint_arguments(p):
+    """The options of checkpoints and restarts, for both scripts."""
+    p.add_argument('--checkpoint', metavar='DIR', default=None,
+                   help=_('save a checkpoint there after every epoch, and '
+                          'resume from it'))
+    p.add_argument('--fail-at-step', type=int, default=None,
+                   help=_('to test restarts: the last process kills itself '
+                          'at this step, the first time only'))
+
+
+def fail_once(out, rank, step):
+    """Kill this process with SIGKILL, as a crashed machine would end it,
+    unless it did so before: the file OUT/failed-at-step-N remembers, so
+    that the restarted run goes past step N."""
+    import signal
+    marker = os.path.join(out, f'failed-at-step-{step}')
+    if os.path.exists(marker):
+        return
+    os.makedirs(out, exist_ok=True)
+    with open(marker, 'w') as f:
+        f.write(f'{os.getpid()}\n')
+    print(_('rank {rank} kills itself at step {step} (--fail-at-step)')
+          .format(rank=rank, step=step), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def leave_a_child(out, rank):
+    """Start a process that sleeps for 10 minutes in a session of its own,
+    where no signal to our process group reaches it, and say its pid on
+    stdout. Its command line names `out`, so that a test can find it."""
+    import subprocess
+    import sys
+    child = subprocess.Popen(
+        [sys.executable, '-c', 'import time; time.sleep(600)', out],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    # Not translated: the tests read this line
+    print(f'd2lpar: rank {rank} left process {child.pid} behind', flush=True)
+
+
+def write_json(path, data):
+    """Write `data` as JSON atomically: a reader never sees half a file."""
+    import json
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)

@@ -1,0 +1,105 @@
+"""Timing on devices that run asynchronously: `Benchmark` waits for the
+devices before it reads the clock, and the best of several runs of an
+allreduce or a memory copy.
+"""
+import time
+
+from d2lpar.checks import check_devices
+from d2lpar.i18n import _, error_message
+
+
+# --------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------
+class Benchmark:
+    """Time a block of code and print ``<description>: <t> sec``.
+
+    Unlike ``d2l.Benchmark``, it waits for the `devices` it is given to
+    finish their queued work, on entry and before stopping the clock. GPUs
+    run asynchronously: without that wait it would time how long Python
+    took to *queue* the work. With ``devices=None`` nothing is waited for.
+
+    Every measurement is kept in ``Benchmark.records`` as
+    ``(description, seconds)``, so a lesson can tabulate or plot it.
+    """
+    records = []
+
+    def __init__(self, description='Done', devices=None):
+        # The default description is a word of the lesson's language
+        self.description = _(description) if description == 'Done' \
+            else description
+        self.devices = None if devices is None else check_devices(devices)
+        self.seconds = None
+
+    @staticmethod
+    def _synchronize(devices):
+        raise NotImplementedError(error_message(
+            'use the Benchmark of d2lpar.torch or d2lpar.mxnet to '
+            'synchronise devices'))
+
+    def __enter__(self):
+        if self.devices:
+            self._synchronize(self.devices)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.devices:
+            self._synchronize(self.devices)
+        self.seconds = time.perf_counter() - self._start
+        if exc_info[0] is None:
+            Benchmark.records.append((self.description, self.seconds))
+            print(_('{description}: {seconds:.4f} sec').format(
+                description=self.description, seconds=self.seconds))
+
+    @classmethod
+    def last(cls, description):
+        """The latest time measured under `description`, in seconds."""
+        for name, seconds in reversed(cls.records):
+            if name == description:
+                return seconds
+        raise KeyError(error_message(
+            'Nothing was measured as {description!r} yet: run the cell '
+            'that times it first.', description=description))
+
+
+def best_seconds(fn, synchronize, repeat):
+    """The shortest of `repeat` runs of ``fn()``, each timed until
+    ``synchronize()`` says the devices are done, in seconds."""
+    best = float('inf')
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_allreduce_with(make_data, synchronize, fns, sizes,
+                           device_counts, repeat=3):
+    """Time each allreduce of `fns` on `make_data(k, n)` (k arrays of n
+    float32 numbers), best of `repeat`. Returns one dict per measurement:
+    algorithm, devices, bytes, seconds, and the algorithm and bus
+    bandwidths of nccl-tests (busbw = algbw * 2(k-1)/k)."""
+    rows = []
+    for k in device_counts:
+        for n in sizes:
+            for fn in fns:
+                data = make_data(k, n)
+                fn(data)  # warm up
+                synchronize()
+                best = best_seconds(lambda: fn(data), synchronize, repeat)
+                nbytes = 4 * n
+                rows.append({'algorithm': fn.__name__, 'devices': k,
+                             'bytes': nbytes, 'seconds': best,
+                             'algbw': nbytes / best,
+                             'busbw': nbytes / best * 2 * (k - 1) / k})
+    return rows
+
+
+def measure_copy_bandwidth_with(copy, synchronize, repeat=5):
+    """Bytes read plus written per second by `copy()`, which copies one
+    buffer into another and returns its size in bytes (best of `repeat`)."""
+    nbytes = copy()  # warm up
+    synchronize()
+    return 2 * nbytes / best_seconds(copy, synchronize, repeat)

@@ -1,0 +1,116 @@
+"""What the training loops of both backends share: the result of a run
+(`TrainResult`), the drift between runs on 1 and 2 devices, the loop
+around `train_concise`, the learning-rate schedule, and which examples
+each process takes in each step.
+"""
+import dataclasses
+import math
+
+import numpy as np
+
+from d2lpar.checks import check_lr
+from d2lpar.data import fashion_mnist_arrays
+from d2lpar.i18n import N_, _, error_message
+from d2lpar.plots import Animator
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` returns: enough to print, tabulate or plot a run."""
+    test_acc: float
+    sec_per_epoch: float
+    devices: list
+    num_epochs: int
+    num_examples: int
+    test_accs: list
+
+    @property
+    def examples_per_sec(self):
+        return self.num_examples / self.sec_per_epoch
+
+    def __str__(self):
+        return _('test acc: {test_acc:.2f}, {sec_per_epoch:.1f} sec/epoch '
+                 'on {devices}').format(test_acc=self.test_acc,
+                                        sec_per_epoch=self.sec_per_epoch,
+                                        devices=self.devices)
+
+
+def parameter_drift_with(load, try_devices, get_params, train_batch,
+                         max_abs_diff, params, batch_size, lr, num_steps,
+                         num_train, num_test):
+    """What both backends' `parameter_drift` share: train a copy of
+    `params` on one device and another on two, step by step on the same
+    minibatches, and return max_abs_diff of their parameters after each
+    step."""
+    if (isinstance(num_steps, bool) or not isinstance(num_steps, int)
+            or num_steps < 1):
+        raise ValueError(error_message(
+            'num_steps must be an int >= 1, got {num_steps!r}.',
+            num_steps=num_steps))
+    check_lr(lr)
+    # The same loader as `train`: the same minibatches in the same order
+    train_iter = load(batch_size, num_train, num_test)[0]
+    runs = []
+    for k in (1, 2):
+        devices = try_devices(k)
+        runs.append((devices, [get_params(params, d) for d in devices]))
+    drift = []
+    while len(drift) < num_steps:  # as many epochs as it takes
+        for X, y in train_iter:
+            for devices, device_params in runs:
+                train_batch(X, y, device_params, devices, lr)
+            one, two = runs[0][1][0], runs[1][1][0]  # first device's copy
+            drift.append(max(max_abs_diff(a, b) for a, b in zip(one, two)))
+            if len(drift) == num_steps:
+                break
+    return drift
+
+
+def run_concise(devices, batch_size, num_epochs, num_train, num_test, plot,
+                train):
+    """What both backends' `train_concise` share: call ``train(report)``,
+    which trains and calls ``report(epoch, test accuracy, seconds)`` after
+    each epoch, plot the accuracy as it comes, then print and return the
+    `TrainResult`."""
+    # Load the data here first: its notice comes before the training, and
+    # the processes of a multi-device run find it in the cache
+    n = len(fashion_mnist_arrays(num_train, num_test)[1])
+    animator = Animator(N_('epoch'), N_('test acc'), xlim=[1, num_epochs],
+                        ylim=[0, 1]) if plot else None
+    accs, seconds = [], []
+
+    def report(epoch, acc, sec):
+        accs.append(acc)
+        seconds.append(sec)
+        if animator:
+            animator.add(epoch + 1, (acc,))
+
+    train(report)
+    result = TrainResult(accs[-1], sum(seconds) / len(seconds),
+                         [str(d) for d in devices], num_epochs,
+                         n // batch_size * batch_size, accs)
+    print(result)
+    return result
+
+
+def learning_rate(step, lr, warmup_steps, total_steps):
+    """The learning rate of step `step` (counted from 0) out of
+    `total_steps`: a linear warm-up from ``lr / warmup_steps`` to `lr`
+    over the first `warmup_steps` steps, then a cosine decay to 0."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def epoch_shards(num_examples, batch_size, rank=0, world_size=1, seed=0):
+    """The examples that process `rank` of `world_size` takes in each step
+    of one epoch. Every process draws the same shuffled order (from
+    `seed`), cuts it into global batches of `batch_size` (dropping a last,
+    partial batch) and takes its own contiguous shard of each."""
+    b = batch_size // world_size
+    order = np.random.default_rng(seed).permutation(num_examples)
+    for i in range(num_examples // batch_size):
+        start = i * batch_size + rank * b
+        yield order[start:start + b]
