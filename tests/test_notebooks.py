@@ -40,7 +40,7 @@ def load(lang, fw, chapter, kind='lesson'):
 # solutions notebooks, and the English solutions notebooks link to
 # notebooks that do not exist yet. Remove a language from this set when its
 # solutions land: then its blocks are required and compared with English.
-UNTRANSLATED_SOLUTIONS = {'fr', 'tr', 'zh'}
+UNTRANSLATED_SOLUTIONS = {'tr', 'zh'}
 
 
 def has_solutions(lang, chapter):
@@ -337,12 +337,13 @@ def test_code_is_the_same_in_every_language(kind, fw, chapter, lang):
 
 
 def exercises_and_solutions(text):
-    """How many exercises the list after "## Exercises" has (items of any
+    """How many exercises the list of the last "## " section before the
+    solutions has ("## Exercises", "## Exercices", ...; items of any
     framework) and how many "### " solutions the solutions block has."""
     lines = text.splitlines()
-    start = lines.index('## Exercises')
     end = lines.index(':begin_solutions:') if ':begin_solutions:' in lines \
         else len(lines)
+    start = max(i for i, x in enumerate(lines[:end]) if x.startswith('## '))
     items = [x for x in lines[start:end] if re.match(r'\d+\. ', x)]
     block = lines[end:]
     return len(items), len([x for x in block if x.startswith('### ')])
