@@ -43,6 +43,19 @@ def plot_timings(descriptions, sum_of=(), title=None, ax=None):
     return times
 
 
+def use_svg_display():
+    """Show matplotlib figures as SVG in Jupyter, as ``d2l.use_svg_display``
+    does: `Animator` displays its figure itself, and without a registered
+    formatter a kernel shows only the figure's text, ``<Figure size ...>``.
+    Does nothing outside IPython."""
+    import sys
+    ipython = sys.modules.get('IPython')
+    if ipython is None or ipython.get_ipython() is None:
+        return
+    from matplotlib_inline import backend_inline
+    backend_inline.set_matplotlib_formats('svg')
+
+
 class Animator:
     """Plot data in animation, like ``d2l.Animator``, with one difference:
     d2l's version clears the whole output of the cell at every update,
@@ -55,6 +68,7 @@ class Animator:
                  fmts=('-', 'm--', 'g-.', 'r:'), figsize=(3.5, 2.5)):
         import matplotlib.pyplot as plt
         fonts.use_cjk_font()  # Chinese text, no missing glyph
+        use_svg_display()
         self.fig, self.ax = plt.subplots(figsize=figsize, layout='tight')
         plt.close(self.fig)  # shown through the display handle only
         self.labels = (xlabel, ylabel, legend or [], xlim, ylim, xscale,
