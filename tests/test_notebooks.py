@@ -32,13 +32,6 @@ def load(lang, fw, chapter, kind='lesson'):
     return json.loads(path.read_text(encoding='utf-8'))
 
 
-# TEMPORARY (issue 20, part B): the languages whose solutions are not yet
-# translated. Their sources have no solutions block yet, so they have no
-# solutions notebooks, and the English solutions notebooks link to
-# notebooks that do not exist yet. Remove a language from this set when its
-# solutions land: then its blocks are required and compared with English.
-UNTRANSLATED_SOLUTIONS = {'fr'}
-
 
 def has_solutions(lang, chapter):
     return ':begin_solutions:' in (NB / lang / f'{chapter}.md').read_text(
@@ -319,9 +312,6 @@ def test_every_chapter_exists_in_every_language(lang):
 @pytest.mark.parametrize('fw', FRAMEWORKS)
 @pytest.mark.parametrize('kind', ['lesson', 'solutions'])
 def test_code_is_the_same_in_every_language(kind, fw, chapter, lang):
-    if kind == 'solutions' and not has_solutions(lang, chapter) and \
-            lang in UNTRANSLATED_SOLUTIONS:  # TEMPORARY, see that set
-        pytest.skip(f'{lang}/{chapter}.md has no solutions yet')
     ref = load('en', fw, chapter, kind)['cells']
     ref_types = [c['cell_type'] for c in ref]
     ref_code = [code_shape(''.join(c['source'])) for c in ref
@@ -361,11 +351,6 @@ def exercises_and_solutions(text):
 @pytest.mark.parametrize('lang', LANGS)
 @pytest.mark.parametrize('chapter', CHAPTERS)
 def test_every_exercise_has_a_solution(chapter, lang):
-    if lang in UNTRANSLATED_SOLUTIONS:  # TEMPORARY, see that set
-        assert not has_solutions(lang, chapter), \
-            f'{lang}/{chapter}.md has solutions: take {lang} out of ' \
-            f'UNTRANSLATED_SOLUTIONS once all its chapters have them'
-        pytest.skip(f'{lang}: solutions not translated yet')
     exercises, solutions = exercises_and_solutions(
         (NB / lang / f'{chapter}.md').read_text(encoding='utf-8'))
     assert exercises > 0
