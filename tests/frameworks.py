@@ -8,6 +8,8 @@ frameworks do differently asks its adapter, here, rather than branching
 on the framework's name.
 """
 import importlib
+import json
+import os
 
 import numpy as np
 
@@ -188,6 +190,16 @@ class TorchBackend(Backend):
         return Recorder()
 
 
+    # -- scripts ----------------------------------------------------------
+    def checkpoint_params(self, folder):
+        """{name: NumPy array}: the model in ddp_train's checkpoint in
+        `folder`."""
+        import torch
+        state = torch.load(os.path.join(folder, 'checkpoint.pt'),
+                           weights_only=True)
+        return {k: v.numpy() for k, v in state['model'].items()}
+
+
 class MXNetBackend(Backend):
     name = 'mxnet'
     transpose_is_a_view = False  # MXNet's .T is a contiguous copy
@@ -317,6 +329,18 @@ class MXNetBackend(Backend):
         net = Recorder()
         net.initialize()
         return net
+
+
+    # -- scripts ----------------------------------------------------------
+    def checkpoint_params(self, folder):
+        """{name: NumPy array}: the parameters in kvstore_train's
+        checkpoint in `folder` (checkpoint.json names their file)."""
+        with open(os.path.join(folder, 'checkpoint.json')) as f:
+            name = json.load(f)['params']
+        self._fw.npx.set_np()
+        return {k: v.asnumpy()
+                for k, v in self._fw.npx.load(os.path.join(folder,
+                                                           name)).items()}
 
 
 ADAPTERS = {'torch': TorchBackend, 'mxnet': MXNetBackend}

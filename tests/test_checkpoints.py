@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import kill_survivors
+from frameworks import get_backend
 from d2lpar import distributed
 
 # Two epochs of 8 steps; the last process dies at step 12, in epoch 2
@@ -62,18 +63,8 @@ def runs(tmp_path_factory, data_root):
 
 def _final_params(result):
     """{name: NumPy array} of the last checkpoint of `result`'s run."""
-    folder = os.path.join(result.out_dir, 'checkpoint')
-    if result.framework == 'torch':
-        import torch
-        state = torch.load(os.path.join(folder, 'checkpoint.pt'),
-                           weights_only=True)
-        return {k: v.numpy() for k, v in state['model'].items()}
-    from mxnet import npx
-    with open(os.path.join(folder, 'checkpoint.json')) as f:
-        name = json.load(f)['params']
-    npx.set_np()
-    return {k: v.asnumpy()
-            for k, v in npx.load(os.path.join(folder, name)).items()}
+    return get_backend(result.framework).checkpoint_params(
+        os.path.join(result.out_dir, 'checkpoint'))
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)

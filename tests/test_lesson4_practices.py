@@ -12,11 +12,13 @@
 """
 import contextlib
 import io
+import os
 
 import numpy as np
 import pytest
 
 from d2lpar import distributed
+from frameworks import get_backend
 
 FRAMEWORKS = ['torch', 'mxnet']
 LAUNCH = {'torch': distributed.launch_torch,
@@ -49,10 +51,11 @@ def runs(tmp_path_factory, data_root):
                 mp.setenv('D2LPAR_DATA', str(data_root))
                 mp.setenv('OMP_NUM_THREADS', '1')
                 for extra in ([], ['--accumulate', 4]):
+                    out = tmp_path_factory.mktemp(framework)
+                    extra += ['--checkpoint', out / 'checkpoint']
                     with contextlib.redirect_stdout(io.StringIO()):
                         results.append(LAUNCH[framework](
-                            2, tmp_path_factory.mktemp(framework),
-                            ARGS + extra, timeout=180, num_gpus=0))
+                            2, out, ARGS + extra, timeout=180, num_gpus=0))
             done[framework] = tuple(results)
         return done[framework]
     return get
@@ -123,6 +126,22 @@ def test_an_accumulated_step_is_one_big_step_sent_once(runs, framework):
                 assert p['allreduces'] == STEPS
             else:  # one pushpull per parameter and step
                 assert p['pushes'] == 8 * STEPS
+
+
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_every_accumulated_step_starts_from_zero_gradients(runs, framework):
+    # After all the steps, not only the first: a step that kept the former
+    # step's gradients (no zero_grad after MXNet's trainer.step) adds them
+    # again and ends far from the run without accumulation
+    plain, accumulated = runs(framework)
+    backend = get_backend(framework)
+    whole, parts = [backend.checkpoint_params(
+        os.path.join(result.out_dir, 'checkpoint'))
+        for result in (plain, accumulated)]
+    assert sorted(whole) == sorted(parts)
+    for name in whole:
+        np.testing.assert_allclose(parts[name], whole[name], rtol=0,
+                                   atol=1e-4, err_msg=name)
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
