@@ -41,6 +41,7 @@ language code, for its decimal separator), listed in FIGURES.
 import argparse
 import copy
 import importlib.util
+import json
 import pathlib
 import re
 import warnings
@@ -65,170 +66,12 @@ FONTS = {'en': ['DejaVu Sans'], 'fr': ['DejaVu Sans'],
 # Set while drawing only (a test imports this module).
 RC = {'svg.hashsalt': 'd2lpar', 'font.size': 7}
 
-# Every word of every picture, per language. French puts a no-break space
-# (U+00A0) before : ; ! ? (checked by `words`); decimals use the
+# Every word of every picture, per language, in tools/figure_words.json
+# ({lang: {key: text}}). French puts a no-break space (U+00A0, written
+# \u00a0 there) before : ; ! ? (checked by `words`); decimals use the
 # language's own separator.
-NB = '\u00a0'
-WORDS = {
-    'en': {
-        # splitting.svg
-        'original': 'original', 'network': 'network partitioning',
-        'layerwise': 'layer-wise partitioning',
-        'dataparallel': 'data parallelism', 'batch': 'minibatch',
-        'layer': 'layer {}', 'half': 'half {}',
-        'sync': 'sync gradients', 'gpu': 'GPU {}', 'data': 'data',
-        'transfer': 'transfer',
-        # data-parallel.svg
-        'part': 'part {}', 'allreduce': 'allreduce\ng = g1 + g2',
-        'params': 'parameters w', 'lossgrad': 'loss and\ngradient g{}',
-        'update': 'update\nw ← w − η·g', 'next': 'next step',
-        # ring-allreduce.svg
-        'start': 'start', 'rs': 'reduce-scatter\nstep {}',
-        'ag': 'all-gather\nstep {}', 'dev': 'device {}',
-        'own': 'own chunk', 'partial': 'partial sum', 'full': 'full sum',
-        'sent': 'sent to the next device',
-        # mlp-dependencies.svg
-        'cpu': 'CPU', 'load': 'load', 'split': 'split',
-        'sumgrad': 'sum\n∇W{}', 'updatew': 'update\nW1, W2',
-        'fwd': 'forward\nlayer {}', 'loss': 'loss',
-        'bwd': 'backward\nlayer {}', 'copyhalf': 'copy\nhalf {}',
-        'copygrad': 'copy\n∇W{}', 'copynew': 'copy\nnew W',
-        'overlap': 'can overlap',
-        # alexnet-two-gpus.svg
-        'alexnet': 'AlexNet on two GPUs (Krizhevsky et al., 2012)',
-        'input': 'input', 'image': 'image 224 × 224 × 3, on both GPUs',
-        'conv': 'convolution {}', 'fc': 'fully connected {}',
-        'channels': '{} channels', 'units': '{} units',
-        'output': 'output', 'softmax': 'softmax over 1000 classes',
-        'exchange': 'exchange', 'same': 'stays on its GPU',
-        'other': 'sent to the other GPU',
-        # ring-vs-server.svg
-        'ring': 'ring allreduce', 'ps': 'parameter server',
-        'setting': 'k = 4 workers, a gradient of N bytes, one step',
-        'worker': 'worker {}', 'server': 'server', 'switch': 'switch',
-        'ringlink': 'every worker link: 2(k − 1)/k · N = {} N each way',
-        'ringnote': 'always less than 2 N, whatever k',
-        'worklink': 'every worker link: N each way',
-        'serverlink': 'the server link: k · N = 4 N each way, '
-                      'growing with k',
-        'logical': 'order of the ring',
-    },
-    'fr': {
-        'original': 'original', 'network': 'partitionnement du réseau',
-        'layerwise': 'partitionnement par couche',
-        'dataparallel': 'parallélisme de données', 'batch': 'mini-lot',
-        'layer': 'couche {}', 'half': 'part {}',
-        'sync': 'synchroniser les gradients', 'gpu': 'GPU {}',
-        'data': 'données', 'transfer': 'transfert',
-        'part': 'part {}', 'allreduce': 'allreduce\ng = g1 + g2',
-        'params': 'paramètres w', 'lossgrad': 'perte et\ngradient g{}',
-        'update': 'mise à jour\nw ← w − η·g', 'next': 'étape suivante',
-        'start': 'départ', 'rs': 'reduce-scatter\nétape {}',
-        'ag': 'all-gather\nétape {}', 'dev': 'périph. {}',
-        'own': 'morceau local', 'partial': 'somme partielle',
-        'full': 'somme complète',
-        'sent': 'envoyé au périphérique suivant',
-        'cpu': 'CPU', 'load': 'chargement', 'split': 'découpage',
-        'sumgrad': 'somme\n∇W{}', 'updatew': 'mise à jour\nW1, W2',
-        'fwd': 'passe avant\ncouche {}', 'loss': 'perte',
-        'bwd': 'passe arrière\ncouche {}', 'copyhalf': 'copie\npart {}',
-        'copygrad': 'copie\n∇W{}', 'copynew': 'copie\nnouveaux W',
-        'overlap': 'peuvent se recouvrir',
-        'alexnet': 'AlexNet sur deux GPU (Krizhevsky et al., 2012)',
-        'input': 'entrée',
-        'image': 'image 224 × 224 × 3, sur les deux GPU',
-        'conv': 'convolution {}', 'fc': 'entièrement connectée {}',
-        'channels': '{} canaux', 'units': '{} unités',
-        'output': 'sortie', 'softmax': 'softmax sur 1000 classes',
-        'exchange': 'échange', 'same': 'reste sur son GPU',
-        'other': "envoyé à l'autre GPU",
-        'ring': 'allreduce en anneau', 'ps': 'serveur de paramètres',
-        'setting': 'k = 4 workers, un gradient de N octets, une étape',
-        'worker': 'worker {}', 'server': 'serveur',
-        'switch': 'commutateur',
-        'ringlink': f'liaison de chaque worker{NB}: 2(k − 1)/k · N = {{}} N'
-                    ' dans chaque sens',
-        'ringnote': 'toujours moins de 2 N, quel que soit k',
-        'worklink': f'liaison de chaque worker{NB}: N dans chaque sens',
-        'serverlink': f'liaison du serveur{NB}: k · N = 4 N dans chaque'
-                      ' sens, croît avec k',
-        'logical': "ordre de l'anneau",
-    },
-    'tr': {
-        'original': 'özgün ağ', 'network': 'ağ bölümleme',
-        'layerwise': 'katman bazında bölümleme',
-        'dataparallel': 'veri paralelliği', 'batch': 'minigrup',
-        'layer': 'katman {}', 'half': '{}. yarı',
-        'sync': 'gradyanları eşzamanla', 'gpu': 'GPU {}', 'data': 'veri',
-        'transfer': 'aktarım',
-        'part': 'parça {}', 'allreduce': 'allreduce\ng = g1 + g2',
-        'params': 'parametreler w', 'lossgrad': 'kayıp ve\ngradyan g{}',
-        'update': 'güncelleme\nw ← w − η·g', 'next': 'sonraki adım',
-        'start': 'başlangıç', 'rs': 'reduce-scatter\n{}. adım',
-        'ag': 'all-gather\n{}. adım', 'dev': 'aygıt {}',
-        'own': 'kendi parçası', 'partial': 'kısmi toplam',
-        'full': 'tam toplam', 'sent': 'sonraki aygıta gönderilen',
-        'cpu': 'CPU', 'load': 'yükleme', 'split': 'bölme',
-        'sumgrad': 'toplama\n∇W{}', 'updatew': 'güncelleme\nW1, W2',
-        'fwd': 'ileri geçiş\nkatman {}', 'loss': 'kayıp',
-        'bwd': 'geri geçiş\nkatman {}', 'copyhalf': 'kopyalama\nparça {}',
-        'copygrad': 'kopyalama\n∇W{}', 'copynew': 'kopyalama\nyeni W',
-        'overlap': 'örtüşebilir',
-        'alexnet': 'İki GPU üzerinde AlexNet (Krizhevsky ve ark., 2012)',
-        'input': 'girdi',
-        'image': "224 × 224 × 3 görüntü, iki GPU'da da",
-        'conv': 'evrişim {}', 'fc': 'tam bağlı {}',
-        'channels': '{} kanal', 'units': '{} birim',
-        'output': 'çıktı', 'softmax': '1000 sınıf üzerinde softmax',
-        'exchange': 'değiş tokuş', 'same': "kendi GPU'sunda kalır",
-        'other': "öbür GPU'ya gönderilir",
-        'ring': 'halka allreduce', 'ps': 'parametre sunucusu',
-        'setting': 'k = 4 işçi, N baytlık bir gradyan, tek adım',
-        'worker': 'işçi {}', 'server': 'sunucu', 'switch': 'ağ anahtarı',
-        'ringlink': 'her işçi bağlantısı: her yönde '
-                    '2(k − 1)/k · N = {} N',
-        'ringnote': "k ne olursa olsun her zaman 2 N'den az",
-        'worklink': 'her işçi bağlantısı: her yönde N',
-        'serverlink': 'sunucu bağlantısı: her yönde k · N = 4 N, '
-                      'k ile birlikte artar',
-        'logical': 'halkanın düzeni',
-    },
-    'zh': {
-        'original': '原始网络', 'network': '网络拆分',
-        'layerwise': '层内拆分', 'dataparallel': '数据并行',
-        'batch': '小批量', 'layer': '第 {} 层', 'half': '分片 {}',
-        'sync': '同步梯度', 'gpu': 'GPU {}', 'data': '数据',
-        'transfer': '传输',
-        'part': '分片 {}', 'allreduce': '全规约\ng = g1 + g2',
-        'params': '参数 w', 'lossgrad': '损失与\n梯度 g{}',
-        'update': '更新\nw ← w − η·g', 'next': '下一步',
-        'start': '初始', 'rs': '规约散播\n第 {} 步',
-        'ag': '全收集\n第 {} 步', 'dev': '设备 {}',
-        'own': '本设备的块', 'partial': '部分和', 'full': '完整的和',
-        'sent': '发送给下一个设备',
-        'cpu': 'CPU', 'load': '加载', 'split': '拆分',
-        'sumgrad': '求和\n∇W{}', 'updatew': '更新\nW1、W2',
-        'fwd': '前向传播\n第 {} 层', 'loss': '损失',
-        'bwd': '反向传播\n第 {} 层', 'copyhalf': '复制\n分片 {}',
-        'copygrad': '复制\n∇W{}', 'copynew': '复制\n新的 W',
-        'overlap': '可以重叠',
-        'alexnet': '两个 GPU 上的 AlexNet（Krizhevsky 等人，2012）',
-        'input': '输入', 'image': '224 × 224 × 3 的图像，两个 GPU 上各一份',
-        'conv': '卷积层 {}', 'fc': '全连接层 {}',
-        'channels': '{} 个通道', 'units': '{} 个单元',
-        'output': '输出', 'softmax': '对 1000 个类别做 softmax',
-        'exchange': '交换', 'same': '留在本 GPU 上',
-        'other': '发送到另一个 GPU',
-        'ring': '环形全规约', 'ps': '参数服务器',
-        'setting': 'k = 4 个工作进程，梯度共 N 字节，一个步骤',
-        'worker': '工作进程 {}', 'server': '服务器', 'switch': '交换机',
-        'ringlink': '每个工作进程的链路：每个方向 2(k − 1)/k · N = {} N',
-        'worklink': '每个工作进程的链路：每个方向 N',
-        'serverlink': '服务器的链路：每个方向 k · N = 4 N，随 k 增长',
-        'logical': '环的顺序',
-        'ringnote': '无论 k 多大，都小于 2 N',
-    },
-}
+WORDS = json.loads((pathlib.Path(__file__).with_name('figure_words.json')
+                    ).read_text(encoding='utf-8'))
 DECIMAL = {'en': '.', 'fr': ',', 'tr': ',', 'zh': '.'}
 
 

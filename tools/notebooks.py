@@ -158,28 +158,24 @@ def parse(text, where, part='lesson'):
     return blocks
 
 
-def header(lang, fw, chapter):
+def header(lang, fw, chapter, solutions_of=None):
+    """The first cell of a notebook: links to the other languages and to
+    the other framework; for the solutions of the lesson titled
+    `solutions_of`, links to the other solutions and back to the lesson."""
+    page = f'{chapter}.ipynb' if solutions_of is None else \
+        f'solutions/{chapter}.ipynb'
+    up = '../../' if solutions_of is None else '../../../'
     links = ' · '.join(
-        f'**{name}**' if code == lang else
-        f'[{name}](../../{code}/{fw}/{chapter}.ipynb)'
+        f'**{name}**' if code == lang else f'[{name}]({up}{code}/{fw}/{page})'
         for code, name in LANGS.items())
     other = [f for f in FRAMEWORKS if f != fw][0]
     words = HEADER_WORDS[lang]
-    return (f'{words[0]}{links}  \n{words[1]}**{FRAMEWORKS[fw]}** · '
-            f'[{FRAMEWORKS[other]}](../{other}/{chapter}.ipynb)')
-
-
-def solutions_header(lang, fw, chapter, title):
-    links = ' · '.join(
-        f'**{name}**' if code == lang else
-        f'[{name}](../../../{code}/{fw}/solutions/{chapter}.ipynb)'
-        for code, name in LANGS.items())
-    other = [f for f in FRAMEWORKS if f != fw][0]
-    words = HEADER_WORDS[lang]
-    return (f'{words[0]}{links}  \n{words[1]}**{FRAMEWORKS[fw]}** · '
-            f'[{FRAMEWORKS[other]}](../../{other}/solutions/{chapter}.ipynb)'
-            f'  \n{SOLUTIONS_WORDS[lang][1]}[{title}]'
-            f'(../{chapter}.ipynb)')
+    text = (f'{words[0]}{links}  \n{words[1]}**{FRAMEWORKS[fw]}** · '
+            f'[{FRAMEWORKS[other]}]({up[3:]}{other}/{page})')
+    if solutions_of is not None:
+        text += (f'  \n{SOLUTIONS_WORDS[lang][1]}[{solutions_of}]'
+                 f'(../{chapter}.ipynb)')
+    return text
 
 
 def _header_cell(text):
@@ -279,7 +275,7 @@ def solutions_notebook(lesson_blocks, blocks, lang, fw, chapter):
                     at)] for kind, tab, body, at in lesson_blocks
                   if kind == 'input' and tab in ('all', fw)), [])
     title = ('md', None, f'# {name}{SOLUTIONS_WORDS[lang][0]}', None)
-    cells = [_header_cell(solutions_header(lang, fw, chapter, name))]
+    cells = [_header_cell(header(lang, fw, chapter, solutions_of=name))]
     _cells([title] + first + list(blocks), fw, cells)
     return _finish(cells, lang, fw, chapter, solutions=True)
 
