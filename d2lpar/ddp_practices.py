@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from d2lpar.i18n import _, error_message
+from d2lpar.scripts import check_data_order, say_resumed
 
 
 def make_optimizer(args, params):
@@ -64,21 +65,12 @@ def resume(args, model, optimizer, precision, order):
     state = state[0]
     if state is None:
         return 0, 0
-    # The order of epoch e is drawn from (seed, e): the same seed, data
-    # and global batch give the same order as before the failure
-    if state['data_order'] != order:
-        raise ValueError(error_message(
-            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
-            'remove it, or pass the same --seed, --num-train and '
-            '--batch-size.', path=path, saved=state['data_order'],
-            now=order))
+    check_data_order(state, order, path)
     model.module.load_state_dict(state['model'])
     optimizer.load_state_dict(state['optimizer'])
     precision.load_state_dict(state['precision'])
     if dist.get_rank() == 0:
-        print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
-                'done').format(path=path, epochs=state['epoch'],
-                               steps=state['step']), flush=True)
+        say_resumed(path, state)
     return state['epoch'], state['step']
 
 

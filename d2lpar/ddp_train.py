@@ -86,7 +86,6 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from d2lpar.data import fashion_mnist_arrays
 from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
     CHECKPOINT, Precision, accumulate_gradients, count_correct, evaluate,
     evaluate_shared, first_indices, fresh_store, make_optimizer, restarts,
@@ -95,7 +94,8 @@ from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
 from d2lpar.scripts import (
-    checkpoint_arguments, shards_of_epoch, training_arguments, write_json)
+    checkpoint_arguments, shards_of_epoch, training_arguments, training_data,
+    write_json)
 from d2lpar.training import learning_rate
 
 
@@ -216,9 +216,6 @@ def parse_args(argv=None):
     p.add_argument('--amp', action='store_true',
                    help=_('mixed precision: bfloat16 on a CPU, float16 with '
                           'a gradient scaler on a GPU'))
-    p.add_argument('--accumulate', type=int, default=1,
-                   help=_('micro-batches per step: gradients are added up '
-                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -256,12 +253,7 @@ def main(argv=None):
     dist.init_process_group(backend, store=fresh_store(rank, world),
                             rank=rank, world_size=world)
 
-    X_train, y_train, X_test, y_test, source = fashion_mnist_arrays(
-        args.num_train, args.num_test)
-    if len(y_train) < B:
-        raise ValueError(error_message(
-            '{n} training examples make no global batch of {B}.',
-            n=len(y_train), B=B))
+    X_train, y_train, X_test, y_test, source = training_data(args, B)
     if args.pipeline:
         return train_pipeline(args, rank, world, device, backend,
                               (X_train, y_train, X_test, y_test, source))
@@ -291,9 +283,7 @@ def main(argv=None):
     start = time.perf_counter()
     for epoch in range(done, args.epochs):
         for step, idx in shards_of_epoch(args, len(y_train), rank, world,
-                                         epoch, step):
-            if len(first_shards) == epoch:  # the order changes per epoch
-                first_shards.append(idx.tolist())
+                                         epoch, step, first_shards):
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = timer.mark()

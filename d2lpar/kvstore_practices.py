@@ -14,7 +14,7 @@ import mxnet as mx
 from mxnet import autograd, gluon, np
 
 from d2lpar.i18n import _, error_message
-from d2lpar.scripts import write_json
+from d2lpar.scripts import check_data_order, say_resumed, write_json
 
 
 # --------------------------------------------------------------------------
@@ -51,18 +51,11 @@ def resume(args, net, ctx, order, rank):
         return 0, 0
     with open(path) as f:
         state = json.load(f)
-    if state['data_order'] != order:
-        raise ValueError(error_message(
-            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
-            'remove it, or pass the same --seed, --num-train and '
-            '--batch-size.', path=path, saved=state['data_order'],
-            now=order))
+    check_data_order(state, order, path)
     net.load_parameters(os.path.join(args.checkpoint, state['params']),
                         ctx=ctx)
     if rank == 0:
-        print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
-                'done').format(path=path, epochs=state['epoch'],
-                               steps=state['step']), flush=True)
+        say_resumed(path, state)
     return state['epoch'], state['step']
 
 

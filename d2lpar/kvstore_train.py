@@ -88,7 +88,6 @@ from mxnet import gluon, np, npx
 from mxnet.gluon import nn
 
 from d2lpar import kvstore_state
-from d2lpar.data import fashion_mnist_arrays
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
@@ -96,7 +95,8 @@ from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
     evaluate, evaluate_shared, first_indices, resume, save_checkpoint,
     sharded_loader, worker_shard)
 from d2lpar.scripts import (
-    checkpoint_arguments, shards_of_epoch, training_arguments, write_json)
+    checkpoint_arguments, shards_of_epoch, training_arguments, training_data,
+    write_json)
 
 npx.set_np()
 
@@ -150,9 +150,6 @@ def parse_args(argv=None):
     p.add_argument('--amp', action='store_true',
                    help=_('mixed precision with bfloat16 (mx.contrib.amp), '
                           'if MXNet applies it to this network'))
-    p.add_argument('--accumulate', type=int, default=1,
-                   help=_('micro-batches per step: gradients are added up '
-                          'over them and communicated once per step'))
     return p.parse_args(argv)
 
 
@@ -186,12 +183,7 @@ def main(argv=None):
         print(f'd2lpar: {notice}', flush=True)
     ctx = mx.cpu() if gpu is None else mx.gpu(gpu)
 
-    X_train, y_train, X_test, y_test, source = fashion_mnist_arrays(
-        args.num_train, args.num_test)
-    if len(y_train) < B:
-        raise ValueError(error_message(
-            '{n} training examples make no global batch of {B}.',
-            n=len(y_train), B=B))
+    X_train, y_train, X_test, y_test, source = training_data(args, B)
     net = lenet(initial_params(args.seed), ctx)
     net.hybridize()
     amp_dtype = check_amp(net, ctx) if args.amp else None
@@ -226,9 +218,7 @@ def main(argv=None):
     start = time.perf_counter()
     for epoch in range(done, args.epochs):
         for step, idx in shards_of_epoch(args, len(y_train), rank, world,
-                                         epoch, step):
-            if len(first_shards) == epoch:  # the order changes per epoch
-                first_shards.append(idx.tolist())
+                                         epoch, step, first_shards):
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
             t0 = time.perf_counter()

@@ -89,9 +89,7 @@ def train_pipeline(args, rank, world, device, backend, data):
     for epoch in range(args.epochs):
         # Both stages take every whole global batch, in the same order
         for step, idx in shards_of_epoch(args, len(y_train), 0, 1, epoch,
-                                         step):
-            if len(first_batches) == epoch:
-                first_batches.append(idx.tolist())
+                                         step, first_batches):
             t0 = time.perf_counter()
             for group in optimizer.param_groups:  # cosine decay
                 group['lr'] = learning_rate(step - 1, args.lr, 0,

@@ -36,12 +36,31 @@ def training_arguments(description, who):
     p.add_argument('--leave-a-child', action='store_true',
                    help=_('to test the cleanup: every process starts a '
                           'process that outlives it'))
+    p.add_argument('--accumulate', type=int, default=1,
+                   help=_('micro-batches per step: gradients are added up '
+                          'over them and communicated once per step'))
     return p
 
 
-def shards_of_epoch(args, num_examples, rank, world, epoch, step):
+def training_data(args, global_batch):
+    """(X_train, y_train, X_test, y_test, source) of ``--num-train`` and
+    ``--num-test`` examples; a ValueError when the training set makes no
+    global batch."""
+    from d2lpar.data import fashion_mnist_arrays
+    data = fashion_mnist_arrays(args.num_train, args.num_test)
+    if len(data[1]) < global_batch:
+        raise ValueError(error_message(
+            '{n} training examples make no global batch of {B}.',
+            n=len(data[1]), B=global_batch))
+    return data
+
+
+def shards_of_epoch(args, num_examples, rank, world, epoch, step,
+                    first_shards):
     """For the training scripts: this rank's shard of every global batch of
-    `epoch`, as ``(step, indices)`` with the step counted on from `step`.
+    `epoch`, as ``(step, indices)`` with the step counted on from `step`;
+    the first shard of the epoch is appended to `first_shards` (the
+    results show that the order changes from epoch to epoch).
     With ``--crash-at-step`` the process ``--crash-rank`` fails at that
     step (how the tests check that a crash ends the run cleanly). With
     ``--leave-a-child`` every process first starts a process that outlives
@@ -51,6 +70,8 @@ def shards_of_epoch(args, num_examples, rank, world, epoch, step):
     for idx in epoch_shards(num_examples, args.batch_size, rank, world,
                             seed=(args.seed, epoch)):
         step += 1
+        if len(first_shards) == epoch:
+            first_shards.append(idx.tolist())
         if step == args.crash_at_step and rank == args.crash_rank:
             raise RuntimeError(error_message(
                 'rank {rank} crashes at step {step}, as asked by '
@@ -68,6 +89,26 @@ def checkpoint_arguments(p):
     p.add_argument('--fail-at-step', type=int, default=None,
                    help=_('to test restarts: the last process kills itself '
                           'at this step, the first time only'))
+
+
+def check_data_order(state, order, path):
+    """Refuse a checkpoint (its dict `state`, read from `path`) of a run
+    whose data came in another order than this run's `order`: the order
+    of epoch e is drawn from (seed, e), so the same seed, data and global
+    batch give the same order as before the failure."""
+    if state['data_order'] != order:
+        raise ValueError(error_message(
+            'The checkpoint {path} belongs to a run with {saved}, not {now}: '
+            'remove it, or pass the same --seed, --num-train and '
+            '--batch-size.', path=path, saved=state['data_order'],
+            now=order))
+
+
+def say_resumed(path, state):
+    """What rank 0 prints when it resumes from the checkpoint `path`."""
+    print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
+            'done').format(path=path, epochs=state['epoch'],
+                           steps=state['step']), flush=True)
 
 
 def fail_once(out, rank, step):

@@ -297,7 +297,7 @@ def test_the_launcher_reads_a_translated_error_of_a_process(speak,
     lesson in French, its French line, then its English one."""
     speak('fr')
     with pytest.raises(RuntimeError) as info:
-        scripts.shards_of_epoch(_Args(), 64, 1, 2, 0, 0).__next__()
+        scripts.shards_of_epoch(_Args(), 64, 1, 2, 0, 0, []).__next__()
     log = tmp_path / 'torchrun.log'
     log.write_text(
         'Root Cause (first observed failure):\n  rank      : 1 (local_rank: '
