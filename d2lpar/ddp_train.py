@@ -94,8 +94,8 @@ from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
 from d2lpar.scripts import (
-    checkpoint_arguments, shards_of_epoch, training_arguments, training_data,
-    write_json)
+    checkpoint_arguments, shard_size, shards_of_epoch, training_arguments,
+    training_data, write_json)
 from d2lpar.training import learning_rate
 
 
@@ -230,15 +230,7 @@ def main(argv=None):
     local_rank = int(os.environ['LOCAL_RANK'])
     local_world = int(os.environ['LOCAL_WORLD_SIZE'])  # on this machine
     B = args.batch_size
-    if B % world:
-        raise ValueError(error_message(
-            '--batch-size {B} cannot be cut into {world} equal shards: pass '
-            'a multiple of {world}.', B=B, world=world))
-    b = B // world  # this process's shard of every global batch
-    if args.accumulate < 1 or b % args.accumulate:
-        raise ValueError(error_message(
-            'A shard of {b} examples cannot be cut into {n} equal '
-            'micro-batches (--accumulate).', b=b, n=args.accumulate))
+    b = shard_size(args, world)  # this process's shard of every global batch
     gpu, notice = choose_gpu(
         0 if args.cpu else torch.cuda.device_count(), local_rank, local_world)
     if notice and local_rank == 0:

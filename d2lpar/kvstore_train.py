@@ -95,8 +95,8 @@ from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
     evaluate, evaluate_shared, first_indices, resume, save_checkpoint,
     sharded_loader, worker_shard)
 from d2lpar.scripts import (
-    checkpoint_arguments, shards_of_epoch, training_arguments, training_data,
-    write_json)
+    checkpoint_arguments, shard_size, shards_of_epoch, training_arguments,
+    training_data, write_json)
 
 npx.set_np()
 
@@ -166,15 +166,7 @@ def main(argv=None):
     print(f'd2lpar: worker rank {rank} of {world}, pid {os.getpid()}',
           flush=True)
     B = args.batch_size
-    if B % world:
-        raise ValueError(error_message(
-            '--batch-size {B} cannot be cut into {world} equal shards: pass '
-            'a multiple of {world}.', B=B, world=world))
-    b = B // world  # this worker's shard of every global batch
-    if args.accumulate < 1 or b % args.accumulate:
-        raise ValueError(error_message(
-            'A shard of {b} examples cannot be cut into {n} equal '
-            'micro-batches (--accumulate).', b=b, n=args.accumulate))
+    b = shard_size(args, world)  # this worker's shard of every global batch
     local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
     local_workers = int(os.environ.get('D2LPAR_LOCAL_WORKERS', world))
     gpu, notice = choose_gpu(

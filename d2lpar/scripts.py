@@ -42,6 +42,23 @@ def training_arguments(description, who):
     return p
 
 
+def shard_size(args, world):
+    """The examples each of `world` processes takes from every global batch
+    (``--batch-size``); a ValueError when the batch cannot be cut into
+    equal shards, or a shard into ``--accumulate`` equal micro-batches."""
+    B = args.batch_size
+    if B % world:
+        raise ValueError(error_message(
+            '--batch-size {B} cannot be cut into {world} equal shards: pass '
+            'a multiple of {world}.', B=B, world=world))
+    b = B // world
+    if args.accumulate < 1 or b % args.accumulate:
+        raise ValueError(error_message(
+            'A shard of {b} examples cannot be cut into {n} equal '
+            'micro-batches (--accumulate).', b=b, n=args.accumulate))
+    return b
+
+
 def training_data(args, global_batch):
     """(X_train, y_train, X_test, y_test, source) of ``--num-train`` and
     ``--num-test`` examples; a ValueError when the training set makes no
