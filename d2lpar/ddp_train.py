@@ -94,8 +94,7 @@ from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
 from d2lpar.scripts import (
-    checkpoint_arguments, shard_size, shards_of_epoch, training_arguments,
-    training_data, write_json)
+    shard_size, shards_of_epoch, training_arguments, training_data, write_json)
 from d2lpar.training import learning_rate
 
 
@@ -203,19 +202,17 @@ def timed_allreduce(timer, bucket):
 
 
 def parse_args(argv=None):
-    p = training_arguments(__doc__.split('\n\n')[0], 'processes')
+    p = training_arguments(
+        __doc__.split('\n\n')[0], 'processes',
+        amp_help=_('mixed precision: bfloat16 on a CPU, float16 with a '
+                   'gradient scaler on a GPU'))
     p.add_argument('--pipeline', action='store_true',
                    help=_('train the MLP of lesson 5 in two pipeline stages, '
                           'one per process (GPipe)'))
     p.add_argument('--microbatches', type=int, default=4)
-    p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd')
     p.add_argument('--fsdp', action='store_true',
                    help=_('shard parameters, gradients and optimizer state '
                           'with FSDP (fully_shard) instead of DDP'))
-    checkpoint_arguments(p)
-    p.add_argument('--amp', action='store_true',
-                   help=_('mixed precision: bfloat16 on a CPU, float16 with '
-                          'a gradient scaler on a GPU'))
     return p.parse_args(argv)
 
 

@@ -95,8 +95,7 @@ from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
     evaluate, evaluate_shared, first_indices, resume, save_checkpoint,
     sharded_loader, worker_shard)
 from d2lpar.scripts import (
-    checkpoint_arguments, shard_size, shards_of_epoch, training_arguments,
-    training_data, write_json)
+    shard_size, shards_of_epoch, training_arguments, training_data, write_json)
 
 npx.set_np()
 
@@ -140,16 +139,13 @@ def named_params(net):
 
 
 def parse_args(argv=None):
-    p = training_arguments(__doc__.split('\n\n')[0], 'workers')
-    p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd',
-                   help=_('adam keeps two numbers of state per parameter'))
+    p = training_arguments(
+        __doc__.split('\n\n')[0], 'workers',
+        amp_help=_('mixed precision with bfloat16 (mx.contrib.amp), if '
+                   'MXNet applies it to this network'))
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
-    checkpoint_arguments(p)
-    p.add_argument('--amp', action='store_true',
-                   help=_('mixed precision with bfloat16 (mx.contrib.amp), '
-                          'if MXNet applies it to this network'))
     return p.parse_args(argv)
 
 

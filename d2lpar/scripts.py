@@ -9,10 +9,11 @@ from d2lpar.i18n import _, error_message
 from d2lpar.training import epoch_shards
 
 
-def training_arguments(description, who):
+def training_arguments(description, who, *, amp_help):
     """The command-line options that both training scripts share (`who`
-    names the processes: 'processes' or 'workers'); each script adds its
-    own and calls ``parse_args``."""
+    names the processes: 'processes' or 'workers'; `amp_help` says what
+    ``--amp`` does in this framework); each script adds its own and calls
+    ``parse_args``."""
     import argparse
     p = argparse.ArgumentParser(description=description)
     p.add_argument('--out', required=True, help=_('folder for the results'))
@@ -39,6 +40,10 @@ def training_arguments(description, who):
     p.add_argument('--accumulate', type=int, default=1,
                    help=_('micro-batches per step: gradients are added up '
                           'over them and communicated once per step'))
+    p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd',
+                   help=_('adam keeps two numbers of state per parameter'))
+    p.add_argument('--amp', action='store_true', help=amp_help)
+    checkpoint_arguments(p)
     return p
 
 
