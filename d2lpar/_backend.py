@@ -5,6 +5,7 @@ Each backend binds them in one line, ``gpu = bind(_backend.gpu, __name__)``,
 and supplies the few private hooks they call: ``_gpu_device(i)``,
 ``_stand_in(i)``, ``_stand_in_label(i)``, ``_stand_in_threads()``,
 ``_free_bytes(device)``, ``_to_arrays(X, y)``, ``_make_data(k, n)``,
+``_ones(n, device)``, ``_copy_into(src, dst)``,
 ``_max_abs_diff(a, b)`` and ``_FRAMEWORK``. The backend is looked up when a
 function is called, so a test that replaces ``train_batch`` on a backend
 is seen by `parameter_drift`.
@@ -50,12 +51,12 @@ def bind(fn, module_name):
 
 
 def device_functions(module_name):
-    """`gpu`, `try_gpu`, `try_all_gpus`, `try_devices`,
+    """`gpu`, `try_gpu`, `try_all_gpus`, `try_devices`, `copy_bandwidth`,
     `products_that_fit`, `measure_allreduce` and `load_data_fashion_mnist`
     bound to the backend module `module_name` (its devices module)."""
     return [bind(fn, module_name) for fn in (
-        gpu, try_gpu, try_all_gpus, try_devices, products_that_fit,
-        measure_allreduce, load_data_fashion_mnist)]
+        gpu, try_gpu, try_all_gpus, try_devices, copy_bandwidth,
+        products_that_fit, measure_allreduce, load_data_fashion_mnist)]
 
 
 def gpu(d2l, i=0):
@@ -96,6 +97,19 @@ def try_devices(d2l, num_devices):
         num_devices, d2l.num_gpus(), d2l._stand_in_threads(),
         ', '.join(d2l._stand_in_label(i) for i in range(num_devices))))
     return [d2l._stand_in(i) for i in range(num_devices)]
+
+
+def copy_bandwidth(d2l, device=None, num_bytes=1 << 26):
+    """Memory-copy bandwidth of `device` (default: the first GPU, else
+    the CPU) in bytes read plus written per second."""
+    device = d2l.try_gpu() if device is None else device
+    x, y = d2l._ones(num_bytes // 4, device), d2l._ones(num_bytes // 4, device)
+
+    def copy():
+        d2l._copy_into(x, y)
+        return num_bytes
+
+    return _timing.measure_copy_bandwidth_with(copy, d2l.synchronize)
 
 
 def products_that_fit(d2l, num_products, shape, devices):

@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from d2lpar.i18n import _, error_message
+from d2lpar.i18n import N_, _, error_message
 from d2lpar.scripts import check_data_order, say_resumed
 
 
@@ -91,6 +91,10 @@ def restarts():
 # --------------------------------------------------------------------------
 # Mixed precision (--amp)
 # --------------------------------------------------------------------------
+AMP_HELP = N_('mixed precision: bfloat16 on a CPU, float16 with a gradient '
+              'scaler on a GPU')
+
+
 class Precision:
     """How the training loop computes: in float32, or with ``amp`` in
     mixed precision: the forward pass in bfloat16 on a CPU, in float16 on

@@ -87,9 +87,9 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
-    CHECKPOINT, Precision, accumulate_gradients, count_correct, evaluate,
-    evaluate_shared, first_indices, fresh_store, make_optimizer, restarts,
-    resume, save_checkpoint, sharded_loader)
+    AMP_HELP, CHECKPOINT, Precision, accumulate_gradients, count_correct,
+    evaluate, evaluate_shared, first_indices, fresh_store, make_optimizer,
+    restarts, resume, save_checkpoint, sharded_loader)
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
@@ -202,17 +202,16 @@ def timed_allreduce(timer, bucket):
 
 
 def parse_args(argv=None):
-    p = training_arguments(
-        __doc__.split('\n\n')[0], 'processes',
-        amp_help=_('mixed precision: bfloat16 on a CPU, float16 with a '
-                   'gradient scaler on a GPU'))
-    p.add_argument('--pipeline', action='store_true',
-                   help=_('train the MLP of lesson 5 in two pipeline stages, '
-                          'one per process (GPipe)'))
-    p.add_argument('--microbatches', type=int, default=4)
-    p.add_argument('--fsdp', action='store_true',
-                   help=_('shard parameters, gradients and optimizer state '
-                          'with FSDP (fully_shard) instead of DDP'))
+    p = training_arguments(__doc__, 'processes', amp_help=AMP_HELP)
+    # Lesson 5's ways beyond data parallelism
+    p.add_argument('--pipeline', action='store_true', help=_(
+        'train the MLP of lesson 5 in two pipeline stages, one per process '
+        '(GPipe)'))
+    p.add_argument('--microbatches', type=int, default=4, help=_(
+        'micro-batches per step of the pipeline'))
+    p.add_argument('--fsdp', action='store_true', help=_(
+        'shard parameters, gradients and optimizer state with FSDP '
+        '(fully_shard) instead of DDP'))
     return p.parse_args(argv)
 
 

@@ -13,7 +13,7 @@ import numpy as onp
 import mxnet as mx
 from mxnet import autograd, gluon, np
 
-from d2lpar.i18n import _, error_message
+from d2lpar.i18n import N_, _, error_message
 from d2lpar.scripts import check_data_order, say_resumed, write_json
 
 
@@ -62,6 +62,10 @@ def resume(args, net, ctx, order, rank):
 # --------------------------------------------------------------------------
 # Mixed precision (--amp)
 # --------------------------------------------------------------------------
+AMP_HELP = N_('mixed precision with bfloat16 (mx.contrib.amp), if MXNet '
+              'applies it to this network')
+
+
 def check_amp(net, ctx):
     """Turn on MXNet's AMP with bfloat16 and return the type in which the
     first convolution then computes; a RuntimeError if that is still

@@ -91,9 +91,9 @@ from d2lpar import kvstore_state
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
-    CHECKPOINT, accumulate_gradients, check_amp, count_correct, count_pushes,
-    evaluate, evaluate_shared, first_indices, resume, save_checkpoint,
-    sharded_loader, worker_shard)
+    AMP_HELP, CHECKPOINT, accumulate_gradients, check_amp, count_correct,
+    count_pushes, evaluate, evaluate_shared, first_indices, resume,
+    save_checkpoint, sharded_loader, worker_shard)
 from d2lpar.scripts import (
     shard_size, shards_of_epoch, training_arguments, training_data, write_json)
 
@@ -139,10 +139,7 @@ def named_params(net):
 
 
 def parse_args(argv=None):
-    p = training_arguments(
-        __doc__.split('\n\n')[0], 'workers',
-        amp_help=_('mixed precision with bfloat16 (mx.contrib.amp), if '
-                   'MXNet applies it to this network'))
+    p = training_arguments(__doc__, 'workers', amp_help=AMP_HELP)
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))

@@ -9,13 +9,14 @@ from d2lpar.i18n import _, error_message
 from d2lpar.training import epoch_shards
 
 
-def training_arguments(description, who, *, amp_help):
-    """The command-line options that both training scripts share (`who`
-    names the processes: 'processes' or 'workers'; `amp_help` says what
+def training_arguments(doc, who, *, amp_help):
+    """The command-line options that both training scripts share, under
+    the first paragraph of the script's `doc` (`who` names the processes:
+    'processes' or 'workers'; `amp_help`, marked with N_, says what
     ``--amp`` does in this framework); each script adds its own and calls
     ``parse_args``."""
     import argparse
-    p = argparse.ArgumentParser(description=description)
+    p = argparse.ArgumentParser(description=doc.split('\n\n')[0])
     p.add_argument('--out', required=True, help=_('folder for the results'))
     p.add_argument('--epochs', type=int, default=2)
     p.add_argument('--batch-size', type=int, default=256,
@@ -42,7 +43,7 @@ def training_arguments(description, who, *, amp_help):
                           'over them and communicated once per step'))
     p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd',
                    help=_('adam keeps two numbers of state per parameter'))
-    p.add_argument('--amp', action='store_true', help=amp_help)
+    p.add_argument('--amp', action='store_true', help=_(amp_help))
     checkpoint_arguments(p)
     return p
 

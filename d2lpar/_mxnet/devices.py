@@ -44,7 +44,7 @@ def _stand_in_threads():
 
 
 # Written once for both backends (d2lpar/_backend.py)
-(gpu, try_gpu, try_all_gpus, try_devices, products_that_fit,
+(gpu, try_gpu, try_all_gpus, try_devices, copy_bandwidth, products_that_fit,
  measure_allreduce, load_data_fashion_mnist) = _backend.device_functions(
     __name__)
 
@@ -90,18 +90,12 @@ def _make_data(k, n):
     return [np.zeros(n, ctx=d) for d in try_devices(k)]  # no overflow
 
 
-def copy_bandwidth(device=None, num_bytes=1 << 26):
-    """Memory-copy bandwidth of `device` (default: the first GPU, else
-    the CPU) in bytes read plus written per second."""
-    device = try_gpu() if device is None else device
-    x = np.ones(num_bytes // 4, ctx=device)
-    y = np.empty_like(x)
+def _ones(n, device):
+    return np.ones(n, ctx=device)
 
-    def copy():
-        x.copyto(y)
-        return num_bytes
 
-    return _timing.measure_copy_bandwidth_with(copy, synchronize)
+def _copy_into(src, dst):
+    src.copyto(dst)
 
 
 def _to_arrays(X, y):
