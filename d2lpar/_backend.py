@@ -4,8 +4,8 @@ words, written once against the backend module `d2l` (framework-free).
 Each backend binds them in one line, ``gpu = bind(_backend.gpu, __name__)``,
 and supplies the few private hooks they call: ``_gpu_device(i)``,
 ``_stand_in(i)``, ``_stand_in_label(i)``, ``_stand_in_threads()``,
-``_free_bytes(device)``, ``_to_arrays(X, y)``, ``_make_data(k, n)``,
-``_ones(n, device)``, ``_copy_into(src, dst)``,
+``_free_bytes(device)``, ``_to_arrays(X, y)``,
+``_full(n, value, device)``, ``_copy_into(src, dst)``,
 ``_max_abs_diff(a, b)`` and ``_FRAMEWORK``. The backend is looked up when a
 function is called, so a test that replaces ``train_batch`` on a backend
 is seen by `parameter_drift`.
@@ -15,6 +15,7 @@ Both backends also take the framework-free names they re-export from here
 """
 import functools
 import inspect
+import math
 import sys
 
 from d2lpar import data as _data
@@ -103,7 +104,7 @@ def copy_bandwidth(d2l, device=None, num_bytes=1 << 26):
     """Memory-copy bandwidth of `device` (default: the first GPU, else
     the CPU) in bytes read plus written per second."""
     device = d2l.try_gpu() if device is None else device
-    x, y = d2l._ones(num_bytes // 4, device), d2l._ones(num_bytes // 4, device)
+    x, y = [d2l._full(num_bytes // 4, 1.0, device) for _ in range(2)]
 
     def copy():
         d2l._copy_into(x, y)
@@ -130,8 +131,11 @@ def measure_allreduce(d2l, fns, sizes, device_counts, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
+    def make_data(k, n):  # zeros: no overflow, however often summed
+        return [d2l._full(n, 0.0, device) for device in d2l.try_devices(k)]
+
     rows = _timing.measure_allreduce_with(
-        d2l._make_data, d2l.synchronize, fns, sizes, device_counts, repeat)
+        make_data, d2l.synchronize, fns, sizes, device_counts, repeat)
     for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
         r['on'] = 'gpu' if d2l.num_gpus() >= r['devices'] else 'cpu'
     return rows
@@ -200,3 +204,79 @@ def distributed_commands(d2l, hosts, workers_per_host=1, port=29500,
     `hosts` (the first one coordinates), one line per command."""
     return _distributed.command_for_machines(d2l._FRAMEWORK, hosts,
                                              workers_per_host, port, out_dir)
+
+
+# --------------------------------------------------------------------------
+# The small models of the lessons (their arrays from the hooks ``_normal``,
+# ``_zeros``, ``_flat_concat``, ``_dot``, ``_relu`` and ``_nbytes`` of
+# d2lpar/_torch/models.py and d2lpar/_mxnet/models.py)
+# --------------------------------------------------------------------------
+MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
+
+
+def _he(d2l, shape, num_inputs):
+    # standard deviation sqrt(2 / inputs of one output) (He et al., 2015)
+    return d2l._normal(shape, (2 / num_inputs) ** 0.5)
+
+
+def lenet_params(d2l):
+    """Fresh parameters of the LeNet-style network, on the CPU: weights
+    with standard deviation sqrt(2 / inputs of one output) (He et al.,
+    2015), biases 0."""
+    return [_he(d2l, (20, 1, 3, 3), 9), d2l._zeros(20),
+            _he(d2l, (50, 20, 5, 5), 500), d2l._zeros(50),
+            _he(d2l, (800, 128), 800), d2l._zeros(128),
+            _he(d2l, (128, 10), 128), d2l._zeros(10)]
+
+
+def mlp_params(d2l):
+    """The parameters of an MLP with one hidden layer, in one flat vector:
+    weights drawn with standard deviation sqrt(2 / inputs), zero biases."""
+    W1, W2 = _he(d2l, (784, 256), 784), _he(d2l, (256, 10), 256)
+    return d2l._flat_concat([W1, d2l._zeros(256), W2, d2l._zeros(10)])
+
+
+def mlp(d2l, X, flat):
+    """The MLP of `mlp_params`, its parameters read from the flat vector."""
+    params, start = [], 0
+    for shape in MLP_SHAPES:  # views of the vector, in order
+        size = math.prod(shape)
+        params.append(flat[start:start + size].reshape(shape))
+        start += size
+    W1, b1, W2, b2 = params
+    H = d2l._relu(d2l._dot(X.reshape(X.shape[0], -1), W1) + b1)
+    return d2l._dot(H, W2) + b2
+
+
+def held_bytes(d2l, replica):
+    """Bytes of the arrays that one device keeps between steps."""
+    return sum(d2l._nbytes(x) for x in replica.values())
+
+
+def pipeline_params(d2l, width=512):
+    """Two pipeline stages of an MLP, as lists of (weight, bias): stage 0
+    784 -> width -> width, stage 1 width -> width -> 10."""
+    def layer(n_in, n_out):
+        return [_he(d2l, (n_in, n_out), n_in), d2l._zeros(n_out)]
+    return [layer(784, width) + layer(width, width),
+            layer(width, width) + layer(width, 10)]
+
+
+def stage_forward(d2l, X, params, last=False):
+    """One pipeline stage: its layers, each followed by a ReLU except the
+    very last layer of the model."""
+    X = X.reshape(X.shape[0], -1)
+    for i in range(0, len(params), 2):
+        X = d2l._dot(X, params[i]) + params[i + 1]
+        if not (last and i == len(params) - 2):
+            X = d2l._relu(X)
+    return X
+
+
+def model_functions(module_name):
+    """`lenet_params`, `mlp_params`, `mlp`, `held_bytes`,
+    `pipeline_params` and `stage_forward` bound to the backend module
+    `module_name` (its models module)."""
+    return [bind(fn, module_name) for fn in (
+        lenet_params, mlp_params, mlp, held_bytes, pipeline_params,
+        stage_forward)]

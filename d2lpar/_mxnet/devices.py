@@ -81,17 +81,8 @@ def synchronize(devices=None):
     npx.waitall()
 
 
-class Benchmark(_timing.Benchmark):
-    __doc__ = _timing.Benchmark.__doc__
-    _synchronize = staticmethod(synchronize)
-
-
-def _make_data(k, n):
-    return [np.zeros(n, ctx=d) for d in try_devices(k)]  # no overflow
-
-
-def _ones(n, device):
-    return np.ones(n, ctx=device)
+def _full(n, value, device):
+    return np.full(n, value, ctx=device)
 
 
 def _copy_into(src, dst):
@@ -100,3 +91,8 @@ def _copy_into(src, dst):
 
 def _to_arrays(X, y):
     return np.array(X), np.array(y.astype('int32'))
+
+
+class Benchmark(_timing.Benchmark):
+    __doc__ = _timing.Benchmark.__doc__
+    _synchronize = staticmethod(synchronize)

@@ -1,48 +1,41 @@
 """The small models of the lessons that the lessons do not define
 themselves: LeNet's parameters, the loss, and lesson 5's MLP, Adam and
 pipeline stages."""
-import math
-
 from mxnet import autograd, gluon, np, npx
 
+from d2lpar import _backend
 from d2lpar.sharding import gpipe_schedule, shard_bounds
 
 
-def lenet_params():
-    """Fresh parameters of the LeNet-style network, on the CPU: weights
-    with standard deviation sqrt(2 / inputs of one output) (He et al.,
-    2015), biases 0."""
-    def init(shape, num_inputs):
-        return np.random.normal(scale=(2 / num_inputs) ** 0.5, size=shape)
-
-    return [init((20, 1, 3, 3), 9), np.zeros(20),
-            init((50, 20, 5, 5), 500), np.zeros(50),
-            init((800, 128), 800), np.zeros(128),
-            init((128, 10), 128), np.zeros(10)]
+# Written once for both backends (d2lpar/_backend.py), from these arrays
+def _normal(shape, std):
+    return np.random.normal(scale=std, size=shape)
 
 
+def _zeros(n):
+    return np.zeros(n)
+
+
+def _flat_concat(arrays):
+    return np.concatenate([x.reshape(-1) for x in arrays])
+
+
+def _dot(X, W):
+    return np.dot(X, W)
+
+
+def _relu(X):
+    return npx.relu(X)
+
+
+def _nbytes(x):
+    return x.size * x.dtype.itemsize
+
+
+(lenet_params, mlp_params, mlp, held_bytes, pipeline_params,
+ stage_forward) = _backend.model_functions(__name__)
+MLP_SHAPES = _backend.MLP_SHAPES
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
-
-
-MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
-
-
-def mlp_params():
-    """The parameters of an MLP with one hidden layer, in one flat vector:
-    weights drawn with standard deviation sqrt(2 / inputs), zero biases."""
-    W1 = np.random.normal(scale=(2 / 784) ** 0.5, size=(784, 256))
-    W2 = np.random.normal(scale=(2 / 256) ** 0.5, size=(256, 10))
-    return np.concatenate([W1.reshape(-1), np.zeros(256), W2.reshape(-1),
-                           np.zeros(10)])
-
-
-def mlp(X, flat):
-    """The MLP of `mlp_params`, its parameters read from the flat vector."""
-    ends = np.cumsum(np.array([math.prod(s) for s in MLP_SHAPES])).tolist()
-    W1, b1, W2, b2 = [flat[int(e - math.prod(s)):int(e)].reshape(s)
-                      for e, s in zip(ends, MLP_SHAPES)]
-    H = npx.relu(np.dot(X.reshape(X.shape[0], -1), W1) + b1)
-    return np.dot(H, W2) + b2
 
 
 def adam(param, grad, moments, *, lr, step):
@@ -54,32 +47,6 @@ def adam(param, grad, moments, *, lr, step):
     v[:] = v * 0.999 + grad * grad * 0.001
     m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.999 ** step)
     param[:] = param - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
-
-
-def held_bytes(replica):
-    """Bytes of the arrays that one device keeps between steps."""
-    return sum(x.size * x.dtype.itemsize for x in replica.values())
-
-
-def pipeline_params(width=512):
-    """Two pipeline stages of an MLP, as lists of (weight, bias): stage 0
-    784 -> width -> width, stage 1 width -> width -> 10."""
-    def layer(n_in, n_out):
-        W = np.random.normal(scale=(2 / n_in) ** 0.5, size=(n_in, n_out))
-        return [W, np.zeros(n_out)]
-    return [layer(784, width) + layer(width, width),
-            layer(width, width) + layer(width, 10)]
-
-
-def stage_forward(X, params, last=False):
-    """One pipeline stage: its layers, each followed by a ReLU except the
-    very last layer of the model."""
-    X = X.reshape(X.shape[0], -1)
-    for i in range(0, len(params), 2):
-        X = np.dot(X, params[i]) + params[i + 1]
-        if not (last and i == len(params) - 2):
-            X = npx.relu(X)
-    return X
 
 
 def gpipe_step(X, y, stage_params, *, devices, num_microbatches,

@@ -135,17 +135,8 @@ def synchronize(devices=None):
             torch.cuda.synchronize(d)
 
 
-class Benchmark(_timing.Benchmark):
-    __doc__ = _timing.Benchmark.__doc__
-    _synchronize = staticmethod(synchronize)
-
-
-def _make_data(k, n):
-    return [torch.zeros(n, device=d) for d in try_devices(k)]  # no overflow
-
-
-def _ones(n, device):
-    return torch.ones(n, device=device)
+def _full(n, value, device):
+    return torch.full((n,), value, device=device)
 
 
 def _copy_into(src, dst):
@@ -171,3 +162,8 @@ def _to_arrays(X, y):
     if torch.cuda.is_available():  # pinned memory allows non_blocking copies
         X, y = X.pin_memory(), y.pin_memory()
     return X, y
+
+
+class Benchmark(_timing.Benchmark):
+    __doc__ = _timing.Benchmark.__doc__
+    _synchronize = staticmethod(synchronize)
