@@ -61,11 +61,12 @@ def generated(notebooks_root, fw):
     """The generated part of `fw`'s backend: `MARKER` and what follows."""
     lessons = [name for name in LESSONS
                if (notebooks_root / 'en' / f'{name}.md').exists()]
-    head = [MARKER, '# build` from the #@save functions of these lessons, in '
-            'this order:']
-    head += [f'#   notebooks/en/{name}.md' for name in lessons]
-    head += ['# Edit the lessons, not this part: `make check-notebooks` fails '
-             'on a', '# difference.']
+    head = [MARKER,
+            '# build` from the #@save functions of the English lessons',
+            '# (LESSONS in tools/library.py), cells #@tab all and #@tab '
+            f'{fw},',
+            '# in lesson order. Edit the lessons, not this part: `make',
+            '# check-notebooks` fails on a difference.']
     parts = []
     for name in lessons:
         path = notebooks_root / 'en' / f'{name}.md'
