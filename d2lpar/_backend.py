@@ -18,10 +18,13 @@ import inspect
 import math
 import sys
 
+from d2lpar import checks as _checks
 from d2lpar import data as _data
 from d2lpar import devices as _devices
 from d2lpar import distributed as _distributed
+from d2lpar import fonts as _fonts
 from d2lpar import i18n as _i18n
+from d2lpar import sharding as _sharding
 from d2lpar import timing as _timing
 from d2lpar import training as _training
 from d2lpar._timer import Timer  # noqa: F401
@@ -58,6 +61,47 @@ def device_functions(module_name):
     return [bind(fn, module_name) for fn in (
         gpu, try_gpu, try_all_gpus, try_devices, copy_bandwidth,
         products_that_fit, measure_allreduce, load_data_fashion_mnist)]
+
+
+def prepare(module_name):
+    """What a backend does when imported: register the CJK font with
+    matplotlib, so that Chinese text shows in every plot of the lessons,
+    their own plt calls included (d2lpar/fonts.py); return the backend
+    module, which its generated part calls ``d2l``, as the lessons do."""
+    _fonts.use_cjk_font()
+    return sys.modules[module_name]
+
+
+def check_allreduce(d2l, data):
+    """Check that `data` can be summed in place by `allreduce`: a list of
+    same-shape, same-dtype, distinct arrays, one per device."""
+    _checks.check_allreduce(data, memory_of=d2l._memory,
+                            device_of=d2l._device_of)
+
+
+def check_collective(d2l, arrays, name, same_rows=True):
+    """Check the input of the collective `name` (`reduce_scatter`,
+    `all_gather`): a non-empty list of arrays, one per device."""
+    _sharding.check_collective(arrays, name, d2l._ARRAY, d2l._shape,
+                               same_rows=same_rows)
+
+
+def check_finite(d2l, params, epoch, lr):
+    """Raise an error that names the epoch when `params` hold NaN or
+    infinite values (training diverged), or when `lr` is not a finite
+    number above 0; a lesson calls it after each epoch."""
+    if not all(d2l._all_finite(p) for p in params):
+        raise _checks.diverged(epoch, lr)
+    _checks.check_lr(lr)
+
+
+def shared_functions(module_name):
+    """`check_allreduce`, `check_collective`, `check_finite`,
+    `parameter_drift`, `train_distributed` and `distributed_commands`
+    bound to the backend module `module_name`."""
+    return [bind(fn, module_name) for fn in (
+        check_allreduce, check_collective, check_finite, parameter_drift,
+        train_distributed, distributed_commands)]
 
 
 def gpu(d2l, i=0):

@@ -7,7 +7,6 @@ than there are, `try_devices` hands out the CPU contexts ``cpu(0)``,
 and says so once.
 """
 import ctypes
-import sys
 
 from d2lpar._mxnet import STAND_IN_THREADS  # noqa: F401 (before MXNet)
 
@@ -21,8 +20,6 @@ from d2lpar import api as _api  # noqa: E402
 from d2lpar import checks as _checks  # noqa: E402
 from d2lpar import collectives as _collectives  # noqa: E402
 from d2lpar import training as _training  # noqa: E402
-from d2lpar import fonts as _fonts  # noqa: E402
-from d2lpar import sharding as _sharding  # noqa: E402
 from d2lpar._backend import *  # noqa: E402,F401,F403 (shared names)
 from d2lpar._mxnet.devices import (  # noqa: E402,F401 (framework glue)
     Benchmark, copy_bandwidth, cpu, gpu, launch, load_data_fashion_mnist,
@@ -36,13 +33,18 @@ from d2lpar._mxnet.timeline import Timeline  # noqa: E402
 npx.set_np()
 
 __all__ = _api.SHARED + _api.BACKEND
+d2l = _backend.prepare(__name__)  # fonts; the name the lessons' code uses
 
-# Chinese text in every plot of the lesson, its own plt calls included:
-# register the CJK font with matplotlib now (d2lpar/fonts.py).
-_fonts.use_cjk_font()
+# Written once for both backends (d2lpar/_backend.py), with the hooks
+# _FRAMEWORK, _ARRAY, _all_finite, _memory, _device_of and _shape below
+_FRAMEWORK, _ARRAY = 'mxnet', np.ndarray
+(check_allreduce, check_collective, check_finite, parameter_drift,
+ train_distributed, distributed_commands) = _backend.shared_functions(
+    __name__)
 
-# The generated part below calls d2lpar's functions as the lessons do.
-d2l = sys.modules[__name__]
+
+def _all_finite(x):
+    return bool(np.isfinite(x).all())
 
 
 # --------------------------------------------------------------------------
@@ -74,19 +76,6 @@ def sgd(params, lr, batch_size):
     `batch_size`."""
     for param in params:
         param[:] = param - lr * param.grad / batch_size
-
-
-def check_allreduce(data):
-    """Check that `data` can be summed in place by `allreduce`: a list of
-    same-shape, same-dtype, distinct arrays, one per device."""
-    _checks.check_allreduce(data, memory_of=_memory, device_of=_device_of)
-
-
-def check_collective(arrays, name, same_rows=True):
-    """Check the input of the collective `name` (`reduce_scatter`,
-    `all_gather`): a non-empty list of arrays, one per device."""
-    _sharding.check_collective(arrays, name, np.ndarray, _shape,
-                               same_rows=same_rows)
 
 
 def _flat(x):
@@ -174,25 +163,8 @@ def direct_allreduce(data):
             _copy_into(sums[c], flats[(c + i) % k][b[c]:b[c + 1]])
 
 
-def check_finite(params, epoch, lr):
-    """Raise an error that names the epoch when `params` hold NaN or
-    infinite values (training diverged), or when `lr` is not a finite
-    number above 0; a lesson calls it after each epoch."""
-    if not all(bool(np.isfinite(p).all()) for p in params):
-        raise _checks.diverged(epoch, lr)
-    _checks.check_lr(lr)
-
-
 def _max_abs_diff(a, b):
     return float(np.abs(a - b.as_in_ctx(a.ctx)).max())
-
-
-# Written once for both backends (d2lpar/_backend.py)
-_FRAMEWORK = 'mxnet'
-parameter_drift, train_distributed, distributed_commands = [
-    _backend.bind(fn, __name__) for fn in (
-        _backend.parameter_drift, _backend.train_distributed,
-        _backend.distributed_commands)]
 
 
 def train_step_timeline(X, y, device_params, devices, lr, reduce=None):

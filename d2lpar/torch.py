@@ -6,7 +6,6 @@ than there are, `try_devices` hands out CPU stand-ins and says so once.
 """
 import copy
 import os
-import sys
 
 # Keep the profiler's own log lines out of the lessons (set before torch).
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')
@@ -23,8 +22,6 @@ from d2lpar import api as _api  # noqa: E402
 from d2lpar import checks as _checks  # noqa: E402
 from d2lpar import collectives as _collectives  # noqa: E402
 from d2lpar import training as _training  # noqa: E402
-from d2lpar import fonts as _fonts  # noqa: E402
-from d2lpar import sharding as _sharding  # noqa: E402
 from d2lpar._backend import *  # noqa: E402,F401,F403 (shared names)
 from d2lpar._torch.devices import (  # noqa: E402,F401 (framework glue)
     Benchmark, copy_bandwidth, cpu, gpu, launch, load_data_fashion_mnist,
@@ -38,13 +35,18 @@ from d2lpar._torch.timeline import Timeline  # noqa: E402
 from d2lpar.i18n import error_message  # noqa: E402
 
 __all__ = _api.SHARED + _api.BACKEND
+d2l = _backend.prepare(__name__)  # fonts; the name the lessons' code uses
 
-# Chinese text in every plot of the lesson, its own plt calls included:
-# register the CJK font with matplotlib now (d2lpar/fonts.py).
-_fonts.use_cjk_font()
+# Written once for both backends (d2lpar/_backend.py), with the hooks
+# _FRAMEWORK, _ARRAY, _all_finite, _memory, _device_of and _shape below
+_FRAMEWORK, _ARRAY = 'torch', torch.Tensor
+(check_allreduce, check_collective, check_finite, parameter_drift,
+ train_distributed, distributed_commands) = _backend.shared_functions(
+    __name__)
 
-# The generated part below calls d2lpar's functions as the lessons do.
-d2l = sys.modules[__name__]
+
+def _all_finite(x):
+    return bool(torch.isfinite(x).all())
 
 
 # --------------------------------------------------------------------------
@@ -66,19 +68,6 @@ def sgd(params, lr, batch_size):
         for param in params:
             param -= lr * param.grad / batch_size
             param.grad.zero_()
-
-
-def check_allreduce(data):
-    """Check that `data` can be summed in place by `allreduce`: a list of
-    same-shape, same-dtype, distinct arrays, one per device."""
-    _checks.check_allreduce(data, memory_of=_memory, device_of=_device_of)
-
-
-def check_collective(arrays, name, same_rows=True):
-    """Check the input of the collective `name` (`reduce_scatter`,
-    `all_gather`): a non-empty list of arrays, one per device."""
-    _sharding.check_collective(arrays, name, torch.Tensor, _shape,
-                               same_rows=same_rows)
 
 
 def _flat(x):
@@ -131,25 +120,8 @@ def direct_allreduce(data):
                     flats[c][b[c]:b[c + 1]])
 
 
-def check_finite(params, epoch, lr):
-    """Raise an error that names the epoch when `params` hold NaN or
-    infinite values (training diverged), or when `lr` is not a finite
-    number above 0; a lesson calls it after each epoch."""
-    if not all(bool(torch.isfinite(p).all()) for p in params):
-        raise _checks.diverged(epoch, lr)
-    _checks.check_lr(lr)
-
-
 def _max_abs_diff(a, b):
     return float((a.detach() - b.detach().to(a.device)).abs().max())
-
-
-# Written once for both backends (d2lpar/_backend.py)
-_FRAMEWORK = 'torch'
-parameter_drift, train_distributed, distributed_commands = [
-    _backend.bind(fn, __name__) for fn in (
-        _backend.parameter_drift, _backend.train_distributed,
-        _backend.distributed_commands)]
 
 
 def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
