@@ -19,6 +19,7 @@ import math
 import sys
 
 from d2lpar import checks as _checks
+from d2lpar import collectives as _collectives
 from d2lpar import data as _data
 from d2lpar import devices as _devices
 from d2lpar import distributed as _distributed
@@ -82,8 +83,8 @@ def check_allreduce(d2l, data):
 def check_collective(d2l, arrays, name, same_rows=True):
     """Check the input of the collective `name` (`reduce_scatter`,
     `all_gather`): a non-empty list of arrays, one per device."""
-    _sharding.check_collective(arrays, name, d2l._ARRAY, d2l._shape,
-                               same_rows=same_rows)
+    _sharding.check_collective(arrays, name, d2l._ARRAY,
+                               lambda x: x.shape, same_rows=same_rows)
 
 
 def check_finite(d2l, params, epoch, lr):
@@ -95,13 +96,30 @@ def check_finite(d2l, params, epoch, lr):
     _checks.check_lr(lr)
 
 
+def ring_allreduce(d2l, data):
+    """Like `allreduce`, but with the bandwidth-optimal ring algorithm:
+    reduce-scatter, then all-gather, over chunks of the flattened data."""
+    d2l.check_allreduce(data)
+    if len(data) == 1:
+        return
+    with d2l._no_grad():
+        flats = [d2l._flat(x) for x in data]  # views: written in place
+        for phase, i, j, start, end in _collectives.ring_steps(
+                flats[0].shape[0], len(flats)):
+            if phase == 'reduce-scatter':
+                view = flats[j][start:end]
+                view += d2l._copy_like(flats[i][start:end], flats[j])
+            else:
+                d2l._copy_into(flats[i][start:end], flats[j][start:end])
+
+
 def shared_functions(module_name):
     """`check_allreduce`, `check_collective`, `check_finite`,
-    `parameter_drift`, `train_distributed` and `distributed_commands`
-    bound to the backend module `module_name`."""
+    `ring_allreduce`, `parameter_drift`, `train_distributed` and
+    `distributed_commands` bound to the backend module `module_name`."""
     return [bind(fn, module_name) for fn in (
-        check_allreduce, check_collective, check_finite, parameter_drift,
-        train_distributed, distributed_commands)]
+        check_allreduce, check_collective, check_finite, ring_allreduce,
+        parameter_drift, train_distributed, distributed_commands)]
 
 
 def gpu(d2l, i=0):

@@ -62,10 +62,9 @@ def generated(notebooks_root, fw):
     lessons = [name for name in LESSONS
                if (notebooks_root / 'en' / f'{name}.md').exists()]
     head = [MARKER,
-            '# build` from the #@save functions of the English lessons',
-            '# (LESSONS in tools/library.py), cells #@tab all and #@tab '
-            f'{fw},',
-            '# in lesson order. Edit the lessons, not this part: `make',
+            '# build` from the #@save functions of the English lessons (cells',
+            f'# #@tab all and #@tab {fw}), in the order of LESSONS in',
+            '# tools/library.py. Edit the lessons, not this part: `make',
             '# check-notebooks` fails on a difference.']
     parts = []
     for name in lessons:
