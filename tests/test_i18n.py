@@ -464,3 +464,32 @@ def test_source_code_is_the_source_of_a_function(speak):
     assert i18n.source_code(step).count('# cosine decay') == 2
     speak('fr')
     assert i18n.source_code(step).count('# décroissance en cosinus') == 2
+
+
+# --------------------------------------------------------------------------
+# The teacher's guides (docs/teaching/<lang>.md) move together
+# --------------------------------------------------------------------------
+def _guide_outline(lang):
+    """The guide's headings as (level, lesson number or None), and the
+    lessons its overview table lists."""
+    with open(os.path.join(ROOT, 'docs', 'teaching', f'{lang}.md'),
+              encoding='utf-8') as f:
+        text = f.read()
+    outline = []
+    for hashes, title in re.findall(r'^(#{1,3}) (.*)$', text, re.M):
+        number = re.search(r'\d+', title) if len(hashes) == 3 else None
+        outline.append((len(hashes), number and int(number.group())))
+    lessons = [int(n) for n in re.findall(r'^\| (\d)\. ', text, re.M)]
+    return outline, lessons
+
+
+@pytest.mark.parametrize('lang', LANGS)
+def test_every_guide_has_the_outline_of_the_english_one(lang):
+    # Same sections, in the same order, about the same lessons: a lesson
+    # or a section added to one guide and not to the others fails here
+    outline, lessons = _guide_outline(lang)
+    en_outline, en_lessons = _guide_outline('en')
+    assert lessons == en_lessons == [1, 2, 3, 4, 5]
+    assert outline == en_outline, (
+        f'docs/teaching/{lang}.md has the headings {outline}, the English '
+        f'guide {en_outline}')
