@@ -189,7 +189,7 @@ def products_that_fit(d2l, num_products, shape, devices):
                                           shape, devices)
 
 
-def measure_allreduce(d2l, fns, sizes, device_counts, repeat=3):
+def measure_allreduce(d2l, fns, sizes, device_counts, *, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
@@ -212,7 +212,7 @@ def load_data_fashion_mnist(d2l, batch_size, num_train=None, num_test=None):
         d2l._to_arrays, batch_size, num_train, num_test)
 
 
-def parameter_drift(d2l, params, batch_size, lr, num_steps=20,
+def parameter_drift(d2l, params, batch_size, lr, *, num_steps=20,
                     num_train=None, num_test=None):
     """Train two copies of `params` side by side with `train_batch`, one
     on `try_devices(1)`, the other on `try_devices(2)`, on the minibatches
@@ -225,7 +225,7 @@ def parameter_drift(d2l, params, batch_size, lr, num_steps=20,
         num_steps, num_train, num_test)
 
 
-def train_distributed(d2l, num_workers, batch_size=256, lr=0.2,
+def train_distributed(d2l, num_workers, *, batch_size=256, lr=0.2,
                       num_epochs=2, num_train=None, num_test=None, port=None,
                       timeout=300, crash_at_step=None, use_gpus=None,
                       sharded=False, optimizer='sgd', pipelined=False,
@@ -260,7 +260,7 @@ def train_distributed(d2l, num_workers, batch_size=256, lr=0.2,
                               accumulate=accumulate)
 
 
-def distributed_commands(d2l, hosts, workers_per_host=1, port=29500,
+def distributed_commands(d2l, hosts, workers_per_host=1, *, port=29500,
                          out_dir='OUT'):
     """The command lines that run the same training on the machines
     `hosts` (the first one coordinates), one line per command."""

@@ -87,7 +87,7 @@ def _real(x):
             and math.isfinite(x))
 
 
-def allreduce_time(n_bytes, k, link, algorithm='ring'):
+def allreduce_time(n_bytes, k, link, *, algorithm='ring'):
     """Seconds that an allreduce of `n_bytes` on each of `k` devices takes
     over `link` (a key of `LINKS` or a `Link`) in the alpha-beta model:
     ``algorithm='ring'``: 2(k-1) alpha + 2(k-1)/k * n_bytes / beta;
@@ -187,7 +187,7 @@ def gpu_link():
 # --------------------------------------------------------------------------
 # The model next to what this machine measured
 # --------------------------------------------------------------------------
-def plot_cost_model(rows, k=None, links=None, title=None):
+def plot_cost_model(rows, *, k=None, links=None, title=None):
     """The ring allreduce time of the alpha-beta model on each of `links`
     (default: all of `LINKS`) against the message size, for `k` devices
     (default: the most devices in `rows`), with the times this machine

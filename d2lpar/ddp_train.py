@@ -276,8 +276,8 @@ def main(argv=None):
             y = torch.from_numpy(y_train[idx]).to(device)
             t0 = timer.mark()
             for group in optimizer.param_groups:  # cosine decay
-                group['lr'] = learning_rate(step - 1, args.lr, 0,
-                                            total_steps)
+                group['lr'] = learning_rate(step - 1, args.lr, warmup_steps=0,
+                                            total_steps=total_steps)
             optimizer.zero_grad()
             # DDP averages the gradients over processes
             loss = accumulate_gradients(model, loss_fn, X, y,

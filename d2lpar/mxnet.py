@@ -150,7 +150,7 @@ def _max_abs_diff(a, b):
     return float(np.abs(a - b.as_in_ctx(a.ctx)).max())
 
 
-def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
+def train_step_timeline(X, y, device_params, *, devices, lr, reduce=None):
     """Run one step of `train_batch` (gradients summed with `reduce`,
     `allreduce` by default), the same computation in the same order, and
     return its `Timeline`, with the results of each stage
@@ -177,7 +177,7 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
 # --------------------------------------------------------------------------
 # Concise implementation: ResNet-18 with a Gluon Trainer over contexts
 # --------------------------------------------------------------------------
-def train_concise(net, devices, batch_size, lr, num_epochs=10,
+def train_concise(net, devices, *, batch_size, lr, num_epochs=10,
                   num_train=None, num_test=None, warmup_epochs=0,
                   plot=True):
     """Train the classifier `net` on Fashion-MNIST with data parallelism
@@ -196,8 +196,9 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     def train(report):
         net.collect_params().reset_ctx(devices)  # a copy on every device
         net.hybridize()
-        fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
-            warmup_epochs, report)
+        fit(net, devices, batch_size=batch_size, lr=lr,
+            num_epochs=num_epochs, num_train=num_train, num_test=num_test,
+            warmup_epochs=warmup_epochs, report=report)
 
     return _training.run_concise(devices, batch_size, num_epochs, num_train,
                                num_test, plot, train)
@@ -268,7 +269,7 @@ def forward_backward(X, y, params):
     l.backward()
 
 
-def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+def train_batch(X, y, device_params, *, devices, lr, reduce=allreduce):
     """One step of data-parallel minibatch SGD: split the batch, compute
     loss and gradient on every device, sum the gradients with `reduce`,
     and update every copy of the parameters."""
@@ -302,7 +303,7 @@ def evaluate_accuracy(net, data_iter, device=None):
     return float(correct) / total
 
 
-def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
+def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
           num_test=None, params=None, reduce=allreduce, plot=True):
     """Train the LeNet of the lesson from scratch with data parallelism on
     `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
@@ -321,7 +322,8 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
     for epoch in range(num_epochs):
         timer.start()
         for X, y in train_iter:
-            train_batch(X, y, device_params, devices, lr, reduce)
+            train_batch(X, y, device_params, devices=devices, lr=lr,
+                        reduce=reduce)
             num_examples += len(y)
         d2l.synchronize(devices)  # wait once per epoch, not once per batch
         timer.stop()
@@ -397,8 +399,8 @@ def resnet18(num_classes=10, in_channels=1, width=64):
     return net
 
 
-def fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
-        warmup_epochs, report):
+def fit(net, devices, *, batch_size, lr, num_epochs, num_train,
+        num_test, warmup_epochs, report):
     """The training loop of `train_concise`. Each global batch of
     `batch_size` examples is cut into one shard per device; each device
     computes the loss of its shard and its gradient; the `Trainer` sums
@@ -420,7 +422,7 @@ def fit(net, devices, batch_size, lr, num_epochs, num_train, num_test,
             X_shards, y_shards = d2l.split_batch(
                 np.array(X_train[idx]), np.array(y_train[idx]), devices)
             trainer.set_learning_rate(d2l.learning_rate(
-                step, lr, warmup_steps, total_steps))
+                step, lr, warmup_steps=warmup_steps, total_steps=total_steps))
             with autograd.record():
                 ls = [loss(net(X_shard), y_shard)
                       for X_shard, y_shard in zip(X_shards, y_shards)]

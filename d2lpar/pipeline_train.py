@@ -92,8 +92,8 @@ def train_pipeline(args, rank, world, device, backend, data):
                                          step, first_batches):
             t0 = time.perf_counter()
             for group in optimizer.param_groups:  # cosine decay
-                group['lr'] = learning_rate(step - 1, args.lr, 0,
-                                            total_steps)
+                group['lr'] = learning_rate(step - 1, args.lr, warmup_steps=0,
+                                            total_steps=total_steps)
             optimizer.zero_grad()
             if rank == 0:  # the first stage takes the inputs
                 schedule.step(torch.from_numpy(X_train[idx]).to(device))

@@ -11,7 +11,7 @@ from d2lpar.timeline import KIND_COLORS, KIND_LABELS
 from d2lpar.timing import Benchmark
 
 
-def plot_timings(descriptions, sum_of=(), title=None, ax=None):
+def plot_timings(descriptions, *, sum_of=(), title=None, ax=None):
     """Bar chart of the latest time of each description (in seconds).
 
     With ``sum_of=(a, b)`` a hatched bar shows ``a + b``, the time the two
@@ -63,7 +63,7 @@ class Animator:
     in use); this one updates its own figure in place (an IPython display
     handle) and leaves the rest of the output alone."""
 
-    def __init__(self, xlabel=None, ylabel=None, legend=None, xlim=None,
+    def __init__(self, xlabel=None, ylabel=None, legend=None, *, xlim=None,
                  ylim=None, xscale='linear', yscale='linear',
                  fmts=('-', 'm--', 'g-.', 'r:'), figsize=(3.5, 2.5)):
         import matplotlib.pyplot as plt
@@ -141,7 +141,7 @@ def plot_scaling(results, title=None):
     plt.show()
 
 
-def plot_allreduce(rows, copy_bandwidth=None, link=None, title=None):
+def plot_allreduce(rows, *, copy_bandwidth=None, link=None, title=None):
     """Time of each allreduce against message size, one panel per device
     count, with a dashed line for the limit that the devices set. On CPU
     stand-ins, all in one memory, that is `copy_bandwidth` (bytes/s, read

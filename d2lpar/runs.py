@@ -20,7 +20,7 @@ _OUTPUTS = re.compile(r'^(rank\d+\.json|worker\d+\.json|result\.json|'
                       r'worker-process-\d+\.log|failed-at-step-\d+)$')
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class DistributedResult(TrainResult):
     """A `TrainResult` (so `plot_scaling` takes it) plus what each process
     measured: `processes` holds one dict per worker, by rank."""
@@ -72,10 +72,13 @@ def collect(framework, out_dir, prefix, num_workers, num_servers=0):
     seconds = max(p['seconds_total'] for p in processes)
     epochs = summary['epochs']
     return DistributedResult(
-        summary['test_acc'], seconds / epochs,
-        [f'{p["device"]} (rank {p["rank"]})' for p in processes], epochs,
-        summary['examples'] // epochs, [summary['test_acc']],
-        framework, summary['backend'], processes, out_dir, summary, servers)
+        test_acc=summary['test_acc'], sec_per_epoch=seconds / epochs,
+        devices=[f'{p["device"]} (rank {p["rank"]})' for p in processes],
+        num_epochs=epochs,
+        num_examples=summary['examples'] // epochs,
+        test_accs=[summary['test_acc']],
+        framework=framework, backend=summary['backend'], processes=processes,
+        out_dir=out_dir, summary=summary, servers=servers)
 
 
 def prepare(out_dir, num_workers, timeout):

@@ -90,7 +90,8 @@ def shards_of_epoch(args, num_examples, rank, world, epoch, step,
     it (how the tests check that the launcher stops those too)."""
     if args.leave_a_child and step == 0:
         leave_a_child(args.out, rank)
-    for idx in epoch_shards(num_examples, args.batch_size, rank, world,
+    for idx in epoch_shards(num_examples, args.batch_size, rank=rank,
+                            world_size=world,
                             seed=(args.seed, epoch)):
         step += 1
         if len(first_shards) == epoch:

@@ -68,7 +68,7 @@ def check_collective(arrays, name, array_type, shape_of, same_rows=True):
 # --------------------------------------------------------------------------
 # Memory per device (ZeRO, Rajbhandari et al., 2020, table 1)
 # --------------------------------------------------------------------------
-def zero_memory(num_params, num_devices, stage, bytes_per=FP32_ADAM):
+def zero_memory(num_params, num_devices, stage, *, bytes_per=FP32_ADAM):
     """Bytes of model state that each of `num_devices` devices keeps, as a
     dict with 'parameters', 'gradients' and 'optimizer': `stage` 0 is plain
     data parallelism (everything on every device), 1 shards the optimizer
@@ -89,7 +89,7 @@ def zero_memory(num_params, num_devices, stage, bytes_per=FP32_ADAM):
             'optimizer': o / k if stage >= 1 else o}
 
 
-def plot_memory(num_params, device_counts, measured=None, title=None):
+def plot_memory(num_params, device_counts, *, measured=None, title=None):
     """Model state per device against the number of devices, for data
     parallelism and the three ZeRO stages (lines: `zero_memory`); the
     dict `measured` maps (stage, k) to bytes counted on real devices
@@ -120,7 +120,7 @@ def plot_memory(num_params, device_counts, measured=None, title=None):
 # --------------------------------------------------------------------------
 # What a collective costs on a link (the alpha-beta model of lesson 2)
 # --------------------------------------------------------------------------
-def collective_seconds(kind, num_bytes, num_devices, bandwidth,
+def collective_seconds(kind, num_bytes, num_devices, *, bandwidth,
                        latency=0.0):
     """Seconds for a ring collective of `num_bytes` (the whole array)
     over `num_devices` devices whose links carry `bandwidth` bytes/s each

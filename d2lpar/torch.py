@@ -108,7 +108,7 @@ def _max_abs_diff(a, b):
     return float((a.detach() - b.detach().to(a.device)).abs().max())
 
 
-def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
+def train_step_timeline(X, y, device_params, *, devices, lr, reduce=None):
     """Run one step of `train_batch` (gradients summed with `reduce`,
     `allreduce` by default), the same computation in the same order, and
     return its `Timeline`: the split, the allreduce and the
@@ -137,7 +137,7 @@ def train_step_timeline(X, y, device_params, devices, lr, reduce=None):
 # --------------------------------------------------------------------------
 # Concise implementation: ResNet-18 with DistributedDataParallel
 # --------------------------------------------------------------------------
-def train_concise(net, devices, batch_size, lr, num_epochs=10,
+def train_concise(net, devices, *, batch_size, lr, num_epochs=10,
                   num_train=None, num_test=None, warmup_epochs=0,
                   plot=True):
     """Train the classifier `net` on Fashion-MNIST with data parallelism
@@ -154,14 +154,15 @@ def train_concise(net, devices, batch_size, lr, num_epochs=10,
     ``if __name__ == '__main__':``."""
     devices = [torch.device(d) for d in _checks.check_concise(
         batch_size, devices, num_train, num_epochs, warmup_epochs, lr)]
-    settings = (batch_size, lr, num_epochs, num_train, num_test,
-                warmup_epochs)
+    settings = dict(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
+                    num_train=num_train, num_test=num_test,
+                    warmup_epochs=warmup_epochs)
 
     def train(report):
         if len(devices) == 1:
             with _threads_of(devices[0]):
-                fit(net.to(devices[0]), net, devices[0], 0, 1, *settings,
-                    report=report)
+                fit(net.to(devices[0]), net, devices[0], rank=0,
+                    world_size=1, **settings, report=report)
         else:
             _run_processes(net, devices, settings, report)
             net.to(devices[0]).eval()  # as `fit` leaves it on one device
@@ -233,7 +234,7 @@ def forward_backward(X, y, params):
     loss(lenet(X, params), y).sum().backward()
 
 
-def train_batch(X, y, device_params, devices, lr, reduce=allreduce):
+def train_batch(X, y, device_params, *, devices, lr, reduce=allreduce):
     """One step of data-parallel minibatch SGD: split the batch, compute
     loss and gradient on every device, sum the gradients with `reduce`,
     and update every copy of the parameters."""
@@ -270,7 +271,7 @@ def evaluate_accuracy(net, data_iter, device=None):
     return float(correct) / total
 
 
-def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
+def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
           num_test=None, params=None, reduce=allreduce, plot=True):
     """Train the LeNet of the lesson from scratch with data parallelism on
     `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
@@ -289,7 +290,8 @@ def train(num_gpus, batch_size, lr, num_epochs=10, num_train=None,
     for epoch in range(num_epochs):
         timer.start()
         for X, y in train_iter:
-            train_batch(X, y, device_params, devices, lr, reduce)
+            train_batch(X, y, device_params, devices=devices, lr=lr,
+                        reduce=reduce)
             num_examples += len(y)
         d2l.synchronize(devices)  # wait once per epoch, not once per batch
         timer.stop()
@@ -362,8 +364,8 @@ def resnet18(num_classes=10, in_channels=1, width=64):
         nn.Linear(8 * width, num_classes))
 
 
-def fit(model, net, device, rank, world_size, batch_size, lr, num_epochs,
-        num_train, num_test, warmup_epochs, report):
+def fit(model, net, device, *, rank, world_size, batch_size, lr,
+        num_epochs, num_train, num_test, warmup_epochs, report):
     """The training loop of `train_concise`, as every process runs it.
 
     `model` takes the steps: `net` itself on one device, or `net` wrapped
@@ -382,13 +384,14 @@ def fit(model, net, device, rank, world_size, batch_size, lr, num_epochs,
     for epoch in range(num_epochs):
         model.train()
         timer = d2l.Timer()
-        for idx in d2l.epoch_shards(len(y_train), batch_size, rank,
-                                    world_size, seed=epoch):
+        for idx in d2l.epoch_shards(len(y_train), batch_size, rank=rank,
+                                    world_size=world_size, seed=epoch):
             X = torch.from_numpy(X_train[idx]).to(device)
             y = torch.from_numpy(y_train[idx]).to(device)
             for group in optimizer.param_groups:
-                group['lr'] = d2l.learning_rate(step, lr, warmup_steps,
-                                                total_steps)
+                group['lr'] = d2l.learning_rate(step, lr,
+                                                warmup_steps=warmup_steps,
+                                                total_steps=total_steps)
             optimizer.zero_grad()
             # With DDP, backward also averages the gradients of all
             # processes, bucket by bucket, while it is still computing
@@ -429,8 +432,8 @@ def ddp_worker(rank, world_size, port, net, devices, settings, queue):
         # norm) again before every forward pass
         model = DistributedDataParallel(
             net, device_ids=[device] if cuda else None)
-        fit(model, net, device, rank, world_size, *settings,
-            report=lambda *r: queue.put(('epoch', *r)))
+        fit(model, net, device, rank=rank, world_size=world_size,
+            **settings, report=lambda *r: queue.put(('epoch', *r)))
         if rank == 0:
             queue.put(('state', {k: v.detach().cpu().numpy()
                                  for k, v in net.state_dict().items()}))

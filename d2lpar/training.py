@@ -14,7 +14,7 @@ from d2lpar.i18n import N_, _, error_message
 from d2lpar.plots import Animator
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class TrainResult:
     """What `train` returns: enough to print, tabulate or plot a run."""
     test_acc: float
@@ -58,7 +58,7 @@ def parameter_drift_with(load, try_devices, get_params, train_batch,
     while len(drift) < num_steps:  # as many epochs as it takes
         for X, y in train_iter:
             for devices, device_params in runs:
-                train_batch(X, y, device_params, devices, lr)
+                train_batch(X, y, device_params, devices=devices, lr=lr)
             one, two = runs[0][1][0], runs[1][1][0]  # first device's copy
             drift.append(max(max_abs_diff(a, b) for a, b in zip(one, two)))
             if len(drift) == num_steps:
@@ -86,14 +86,17 @@ def run_concise(devices, batch_size, num_epochs, num_train, num_test, plot,
             animator.add(epoch + 1, (acc,))
 
     train(report)
-    result = TrainResult(accs[-1], sum(seconds) / len(seconds),
-                         [str(d) for d in devices], num_epochs,
-                         n // batch_size * batch_size, accs)
+    result = TrainResult(test_acc=accs[-1],
+                         sec_per_epoch=sum(seconds) / len(seconds),
+                         devices=[str(d) for d in devices],
+                         num_epochs=num_epochs,
+                         num_examples=n // batch_size * batch_size,
+                         test_accs=accs)
     print(result)
     return result
 
 
-def learning_rate(step, lr, warmup_steps, total_steps):
+def learning_rate(step, lr, *, warmup_steps, total_steps):
     """The learning rate of step `step` (counted from 0) out of
     `total_steps`: a linear warm-up from ``lr / warmup_steps`` to `lr`
     over the first `warmup_steps` steps, then a cosine decay to 0."""
@@ -104,7 +107,8 @@ def learning_rate(step, lr, warmup_steps, total_steps):
     return lr * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def epoch_shards(num_examples, batch_size, rank=0, world_size=1, seed=0):
+def epoch_shards(num_examples, batch_size, *, rank=0, world_size=1,
+                 seed=0):
     """The examples that process `rank` of `world_size` takes in each step
     of one epoch. Every process draws the same shuffled order (from
     `seed`), cuts it into global batches of `batch_size` (dropping a last,

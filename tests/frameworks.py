@@ -170,7 +170,8 @@ class TorchBackend(Backend):
 
     def fit_on(self, net, device, **args):
         """Lesson 3's `fit` on one device, in this process."""
-        return self.module.fit(net, net, device, 0, 1, **args)
+        return self.module.fit(net, net, device, rank=0, world_size=1,
+                               **args)
 
     def recorder(self, record):
         """A linear classifier that calls ``record(X)`` with the NumPy

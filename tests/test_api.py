@@ -74,6 +74,39 @@ def test_same_signature_in_both_backends(name):
     assert _comparable(sig_a) == _comparable(inspect.signature(b))
 
 
+def _positional(fn):
+    """The parameters of `fn` that a call may pass by position."""
+    try:
+        sig = inspect.signature(fn)
+    except ValueError:
+        return []
+    return [p.name for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+@pytest.mark.parametrize('framework', ['torch', 'mxnet'])
+def test_no_public_function_takes_more_than_three_arguments_by_position(
+        framework):
+    # A call like train_concise(net, devices, 256, 0.1, 10, 6000) says
+    # nothing to its reader; past the third, arguments go by keyword.
+    # Also the lesson 3 training loop `fit`, which every process runs
+    module = get_backend(framework).module
+    names = _public_callables() + ['fit']
+    crowded = {n: _positional(getattr(module, n)) for n in names
+               if len(_positional(getattr(module, n))) > 3}
+    assert crowded == {}, (
+        f'these public functions of d2lpar.{framework} take more than three '
+        f'arguments by position (put a * after the third): {crowded}')
+
+
+def test_results_are_built_by_keyword():
+    from d2lpar.runs import DistributedResult
+    from d2lpar.training import TrainResult
+    for cls in (TrainResult, DistributedResult):
+        with pytest.raises(TypeError):
+            cls(0.9, 1.0, ['cpu'], 1, 10, [0.9])
+
+
 @pytest.mark.parametrize('name', api.SHARED)
 def test_shared_names_are_the_same_objects(name):
     assert getattr(get_backend('torch').module, name) is \

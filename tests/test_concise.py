@@ -29,7 +29,8 @@ def test_resnet18_has_the_book_architecture(backend, width, count):
 
 def test_learning_rate_warms_up_then_decays_to_zero():
     lr, warmup, total = 0.4, 10, 50
-    rates = [training.learning_rate(s, lr, warmup, total)
+    rates = [training.learning_rate(s, lr, warmup_steps=warmup,
+                                    total_steps=total)
              for s in range(total)]
     np.testing.assert_allclose(rates[:warmup],
                                [lr * (s + 1) / warmup for s in range(warmup)])
@@ -37,12 +38,16 @@ def test_learning_rate_warms_up_then_decays_to_zero():
     assert rates[warmup] == pytest.approx(lr)  # the decay starts at the top
     assert all(a > b for a, b in zip(rates[warmup:], rates[warmup + 1:]))
     assert rates[-1] < lr * 0.01
-    assert training.learning_rate(total, lr, warmup, total) == pytest.approx(0)
-    assert training.learning_rate(0, lr, 0, total) == lr  # no warm-up
-    half = training.learning_rate(warmup + (total - warmup) // 2, lr, warmup,
-                                total)
+    assert training.learning_rate(total, lr, warmup_steps=warmup,
+                                  total_steps=total) == pytest.approx(0)
+    assert training.learning_rate(0, lr, warmup_steps=0,
+                                  total_steps=total) == lr  # no warm-up
+    half = training.learning_rate(warmup + (total - warmup) // 2, lr,
+                                  warmup_steps=warmup,
+                                total_steps=total)
     assert half == pytest.approx(lr / 2)
-    assert math.isfinite(training.learning_rate(0, lr, 0, 0))
+    assert math.isfinite(training.learning_rate(0, lr, warmup_steps=0,
+                                                total_steps=0))
 
 
 @pytest.mark.parametrize('k', [1, 2, 4])
@@ -51,7 +56,7 @@ def test_shards_make_up_the_global_batch(k):
     one = list(training.epoch_shards(n, B, seed=5))
     assert len(one) == n // B and all(len(b) == B for b in one)
     assert len(set(np.concatenate(one))) == (n // B) * B  # no repeats
-    per_rank = [list(training.epoch_shards(n, B, r, k, seed=5))
+    per_rank = [list(training.epoch_shards(n, B, rank=r, world_size=k, seed=5))
                 for r in range(k)]
     for step, batch in enumerate(one):
         shards = [per_rank[r][step] for r in range(k)]
@@ -90,7 +95,7 @@ def test_train_concise_trains_net_in_place(backend, k):
     # The same global batch on 1 and 2 devices: 16 steps an epoch, enough
     # for batch norm's running averages (momentum 0.1) to settle before
     # the first evaluation; 8 steps are not
-    result = backend.train_concise(net, devices, 64, 0.1,
+    result = backend.train_concise(net, devices, batch_size=64, lr=0.1,
                                    warmup_epochs=0.5, **SMALL)
     assert result.devices == [str(d) for d in devices]
     assert result.num_epochs == 3 and len(result.test_accs) == 3
@@ -122,7 +127,8 @@ def test_one_step_on_two_devices_equals_one_step_on_one(backend):
     after = {}
     for k in (1, 2):
         net = _linear_net(backend)
-        backend.train_concise(net, backend.try_devices(k), 128, 0.5,
+        backend.train_concise(net, backend.try_devices(k), batch_size=128,
+                              lr=0.5,
                               **one_step)
         after[k] = backend.trainable(net)
     moved = max(float(np.abs(a - b).max())
@@ -137,7 +143,8 @@ def test_a_failing_process_stops_the_run(backend):
     worker processes); the error comes back, and no process is left."""
     net, expected = backend.failing_net()
     with pytest.raises(expected) as info:
-        backend.train_concise(net, backend.try_devices(2), 64, 0.1,
+        backend.train_concise(net, backend.try_devices(2), batch_size=64,
+                              lr=0.1,
                               **SMALL)
     for message in backend.failure_messages:
         assert message in str(info.value)
@@ -186,4 +193,5 @@ def test_layers_defined_in_a_notebook_are_refused():
     Notebook.__module__ = '__main__'
     net = nn.Sequential(Notebook(), nn.Flatten(), nn.Linear(784, 10))
     with pytest.raises(ValueError, match='Move it into a .py file'):
-        d2l.train_concise(net, d2l.try_devices(2), 64, 0.1, **SMALL)
+        d2l.train_concise(net, d2l.try_devices(2), batch_size=64, lr=0.1,
+                          **SMALL)

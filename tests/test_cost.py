@@ -37,7 +37,8 @@ def _close_figures():
 ])
 def test_formulas_on_cases_computed_by_hand(k, n, ring, naive):
     assert allreduce_time(n, k, LINK) == pytest.approx(ring, rel=1e-12)
-    assert allreduce_time(n, k, LINK, 'naive') == pytest.approx(naive,
+    assert allreduce_time(n, k, LINK,
+                          algorithm='naive') == pytest.approx(naive,
                                                                 rel=1e-12)
 
 
@@ -46,18 +47,19 @@ def test_a_named_link_by_hand():
     # ring 14 * 5.7e-6 + 14/8 * 1 s; naive 14 * (5.7e-6 + 1 s)
     assert allreduce_time(31.5e9, 8, 'pcie4') == pytest.approx(
         14 * 5.7e-6 + 1.75, rel=1e-12)
-    assert allreduce_time(31.5e9, 8, 'pcie4', 'naive') == pytest.approx(
+    assert allreduce_time(31.5e9, 8, 'pcie4',
+                          algorithm='naive') == pytest.approx(
         14 * (5.7e-6 + 1), rel=1e-12)
 
 
 def test_the_ring_wins_by_about_k_on_large_messages_only():
     big, small = 1e12, 1.0
     for k in (2, 4, 8, 16):
-        ratio = (allreduce_time(big, k, 'nvlink4', 'naive')
+        ratio = (allreduce_time(big, k, 'nvlink4', algorithm='naive')
                  / allreduce_time(big, k, 'nvlink4'))
         assert ratio == pytest.approx(k, rel=1e-3)
         # a tiny message is latency-bound: both pay 2(k-1) alpha
-        assert allreduce_time(small, k, 'nvlink4', 'naive') == \
+        assert allreduce_time(small, k, 'nvlink4', algorithm='naive') == \
             pytest.approx(allreduce_time(small, k, 'nvlink4'), rel=1e-3)
 
 
@@ -129,7 +131,7 @@ def test_a_link_with_impossible_numbers(link):
 def test_an_unknown_algorithm(algorithm):
     with pytest.raises(ValueError, match=r"Unknown algorithm .*: use one of "
                        r"'ring', 'naive'\."):
-        allreduce_time(1e6, 4, 'pcie4', algorithm)
+        allreduce_time(1e6, 4, 'pcie4', algorithm=algorithm)
 
 
 @pytest.mark.parametrize('t, text', [
@@ -212,7 +214,7 @@ def _dashed(ax):
      lambda n: allreduce_time(n, 4, 'nvlink4'), '4 GPUs')])
 def test_the_dashed_line_is_the_limit_of_the_devices(backend, on, label,
                                                      seconds, title):
-    backend.plot_allreduce(_rows(on), 10e9, 'nvlink4')
+    backend.plot_allreduce(_rows(on), copy_bandwidth=10e9, link='nvlink4')
     ax, = plt.gcf().axes
     line, = _dashed(ax)
     assert line.get_label() == label
@@ -222,7 +224,7 @@ def test_the_dashed_line_is_the_limit_of_the_devices(backend, on, label,
 
 
 def test_on_gpus_of_an_unknown_link_there_is_no_limit_line(backend):
-    backend.plot_allreduce(_rows('gpu'), 10e9, None)
+    backend.plot_allreduce(_rows('gpu'), copy_bandwidth=10e9, link=None)
     ax, = plt.gcf().axes
     assert _dashed(ax) == []
     assert ax.get_title() == '4 GPUs'
@@ -230,7 +232,7 @@ def test_on_gpus_of_an_unknown_link_there_is_no_limit_line(backend):
 
 def test_a_panel_per_device_count_each_with_its_own_limit(backend):
     rows = _rows('gpu', k=2) + _rows('cpu', k=4)
-    backend.plot_allreduce(rows, 10e9, 'pcie4')
+    backend.plot_allreduce(rows, copy_bandwidth=10e9, link='pcie4')
     labels = [[line.get_label() for line in _dashed(ax)]
               for ax in plt.gcf().axes]
     assert labels == [['ring model, PCIe 4.0 x16'],
@@ -278,7 +280,7 @@ def _max_difference_after(backend, params, steps, k, **kw):
     done = 0
     while done < steps:
         for X, y in train_iter:
-            backend.train_batch(X, y, device_params, devices, 0.1)
+            backend.train_batch(X, y, device_params, devices=devices, lr=0.1)
             done += 1
             if done == steps:
                 break
@@ -311,7 +313,8 @@ def test_parameter_drift_is_the_largest_absolute_difference(backend,
             first[0] = backend.array(backend.numpy(first[0]) + 0.25)
 
     monkeypatch.setattr(backend.module, 'train_batch', step)
-    drift = backend.parameter_drift(backend.lenet_params(), 64, 0.1, 3,
+    drift = backend.parameter_drift(backend.lenet_params(), 64, 0.1,
+                                    num_steps=3,
                                     num_train=128, num_test=64)
     assert drift == pytest.approx([0.25, 0.5, 0.75], rel=1e-5)
 
@@ -319,13 +322,15 @@ def test_parameter_drift_is_the_largest_absolute_difference(backend,
 @pytest.mark.parametrize('num_steps', [0, -1, 2.0, True])
 def test_parameter_drift_needs_a_number_of_steps(backend, num_steps):
     with pytest.raises(ValueError, match='num_steps must be an int >= 1'):
-        backend.parameter_drift(backend.lenet_params(), 64, 0.1, num_steps,
+        backend.parameter_drift(backend.lenet_params(), 64, 0.1,
+                                num_steps=num_steps,
                                 num_train=128, num_test=64)
 
 
 def test_parameter_drift_checks_the_learning_rate(backend):
     with pytest.raises(ValueError, match='The learning rate must be'):
-        backend.parameter_drift(backend.lenet_params(), 64, math.nan, 2,
+        backend.parameter_drift(backend.lenet_params(), 64, math.nan,
+                                num_steps=2,
                                 num_train=128, num_test=64)
 
 

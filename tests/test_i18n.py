@@ -144,7 +144,9 @@ def test_importing_d2lpar_loads_no_babel():
 # --------------------------------------------------------------------------
 # What a student reads
 # --------------------------------------------------------------------------
-RESULT = training.TrainResult(0.853, 2.04, ['cpu:0', 'cpu:1'], 3, 6000, [])
+RESULT = training.TrainResult(test_acc=0.853, sec_per_epoch=2.04,
+                              devices=['cpu:0', 'cpu:1'], num_epochs=3,
+                              num_examples=6000, test_accs=[])
 EXPECTED = {
     'en': ('No GPU found, 2 devices requested: using 2 CPU stand-ins',
            'Device 1 alone: {}.{} sec',
@@ -197,7 +199,8 @@ ERRORS = [  # call, its exception type and English text (as it always
     (lambda: checks.check_lr(float('nan')), ValueError,
      'The learning rate must be a finite number above 0, got nan: try 0.1.',
      {'fr': "taux d'apprentissage", 'tr': 'Öğrenme oranı', 'zh': '学习率'}),
-    (lambda: cost.allreduce_time(1024, 2, 'pcie4', 'tree'), ValueError,
+    (lambda: cost.allreduce_time(1024, 2, 'pcie4', algorithm='tree'),
+     ValueError,
      "Unknown algorithm 'tree': use one of 'ring', 'naive'.",
      {'fr': 'Algorithme inconnu', 'tr': 'Bilinmeyen algoritma',
       'zh': '未知的算法'}),
@@ -328,8 +331,10 @@ PROCESS = {'rank': 0, 'steps': 23, 'examples': 2944, 'seconds_compute': 1.5,
 
 def _run(framework='torch'):
     return distributed.DistributedResult(
-        0.9, 1.0, ['cpu (rank 0)'], 1, 2944, [0.9], framework, 'gloo',
-        [PROCESS], '', {})
+        test_acc=0.9, sec_per_epoch=1.0, devices=['cpu (rank 0)'],
+        num_epochs=1, num_examples=2944, test_accs=[0.9], framework=framework,
+        backend='gloo',
+        processes=[PROCESS], out_dir='', summary={})
 
 
 def test_the_table_of_processes_reads_as_before_in_english(capsys):

@@ -126,7 +126,7 @@ def test_zero_takes_the_steps_of_data_parallelism(backend, k):
 
 def test_zero_memory_gives_the_papers_figures():
     # Rajbhandari et al. (2020), table 1: 7.5 B parameters, 64 GPUs, K = 12
-    gb = [sum(sharding.zero_memory(7.5e9, 64, s, sharding.MIXED_ADAM)
+    gb = [sum(sharding.zero_memory(7.5e9, 64, s, bytes_per=sharding.MIXED_ADAM)
               .values()) / 1e9 for s in range(4)]
     assert [round(g, 1) for g in gb] == [120.0, 31.4, 16.6, 1.9]
     with pytest.raises(ValueError, match='stage'):
@@ -303,11 +303,12 @@ def test_mxnet_servers_hold_the_optimizer_state_in_shards(monkeypatch):
 
 
 def test_collective_seconds():
-    t = sharding.collective_seconds('allreduce', 3e9, 8, 450e9)
+    t = sharding.collective_seconds('allreduce', 3e9, 8, bandwidth=450e9)
     assert t == pytest.approx(2 * 7 * 3e9 / 8 / 450e9)
-    assert sharding.collective_seconds('all_gather', 8, 4, 1.0, 1.0) == 9.0
+    assert sharding.collective_seconds('all_gather', 8, 4, bandwidth=1.0,
+                                       latency=1.0) == 9.0
     with pytest.raises(ValueError, match='kind'):
-        sharding.collective_seconds('broadcast', 1, 2, 1.0)
+        sharding.collective_seconds('broadcast', 1, 2, bandwidth=1.0)
 
 
 @pytest.mark.parametrize('k, m, expected', [(1, 4, 0.0), (2, 4, 0.2),

@@ -87,7 +87,7 @@ def test_train_step_timeline_shows_every_stage(backend):
     X, y = next(iter(train_iter))
     params = [backend.get_params(backend.lenet_params(), d)
               for d in devices]
-    tl = backend.train_step_timeline(X, y, params, devices, 0.1)
+    tl = backend.train_step_timeline(X, y, params, devices=devices, lr=0.1)
     names = {e.name for e in tl.events}
     assert {'split', 'forward_backward', 'allreduce', 'update'} <= names
     # Each stand-in's forward and backward pass is on a row of its own
@@ -105,8 +105,8 @@ def test_train_step_timeline_makes_the_same_update_as_train_batch(backend):
     params = backend.lenet_params()
     stepped = [backend.get_params(params, d) for d in devices]
     timed = [backend.get_params(params, d) for d in devices]
-    backend.train_batch(X, y, stepped, devices, 0.1)
-    backend.train_step_timeline(X, y, timed, devices, 0.1)
+    backend.train_batch(X, y, stepped, devices=devices, lr=0.1)
+    backend.train_step_timeline(X, y, timed, devices=devices, lr=0.1)
     for a, b in zip(stepped, timed):
         for p, q in zip(a, b):
             np.testing.assert_array_equal(backend.numpy(p),

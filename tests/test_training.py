@@ -28,7 +28,7 @@ def _as_numpy(backend, params):
 def _step(backend, params, X, y, k, reduce='allreduce'):
     devices = backend.try_devices(k)
     device_params = [backend.get_params(params, d) for d in devices]
-    backend.train_batch(X, y, device_params, devices, LR,
+    backend.train_batch(X, y, device_params, devices=devices, lr=LR,
                         reduce=getattr(backend, reduce))
     for copy, d in zip(device_params, devices):
         assert all(backend.is_on(p, d) for p in copy)
@@ -87,7 +87,7 @@ def test_train_batch_with_a_params_list_per_device_of_the_wrong_length(
     # Silently training on part of the batch, or an AttributeError about
     # None deep inside allreduce, are both wrong: a clear ValueError is.
     with pytest.raises(ValueError, match='device') as error:
-        backend.train_batch(X, y, device_params, devices, LR)
+        backend.train_batch(X, y, device_params, devices=devices, lr=LR)
     assert str(num_params) in str(error.value)
     assert str(num_devices) in str(error.value)
     for copy, b in zip(device_params, before):

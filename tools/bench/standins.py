@@ -103,9 +103,11 @@ def concise_scaling(d2l, fw, reps):
             import torch
             torch.manual_seed(0)
         net = d2l.resnet18(width=c['width'])
-        r = d2l.train_concise(net, d2l.try_devices(k), k * c['batch_size'],
-                              k * c['lr'], c['num_epochs'], c['num_train'],
-                              c['num_test'], plot=False)
+        r = d2l.train_concise(net, d2l.try_devices(k),
+                              batch_size=k * c['batch_size'],
+                              lr=k * c['lr'], num_epochs=c['num_epochs'],
+                              num_train=c['num_train'],
+                              num_test=c['num_test'], plot=False)
         eps[k].append(r.examples_per_sec)
 
     once(1)  # warm up

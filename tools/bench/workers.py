@@ -33,7 +33,7 @@ def worker_allreduce(spec):
             rows += d2l.measure_allreduce(
                 [d2l.allreduce, d2l.ring_allreduce, d2l.direct_allreduce],
                 [nbytes // 4], [k],
-                repeat_for(nbytes, spec['repeat']))
+                repeat=repeat_for(nbytes, spec['repeat']))
     bw_end = best_copy_bandwidth(d2l)
     # On GPUs the limit is the link between them, not memory: the ring of
     # the cost model on the link nvidia-smi reports (none if unknown)
@@ -109,7 +109,7 @@ def chapter_train(d2l, d2l_book, wait, num_gpus, batch_size, lr, num_epochs,
     for epoch in range(num_epochs):
         timer.start()
         for X, y in train_iter:
-            d2l.train_batch(X, y, device_params, devices, lr)
+            d2l.train_batch(X, y, device_params, devices=devices, lr=lr)
             wait(devices)
             num_examples += len(y)
         timer.stop()
@@ -156,8 +156,10 @@ def concise_runs(d2l, d2l_book, framework, cfg):
 
     def ours():
         r = d2l.train_concise(d2l.resnet18(width=c['width']), device,
-                              c['batch_size'], c['lr'], c['num_epochs'],
-                              c['num_train'], c['num_test'], plot=False)
+                              batch_size=c['batch_size'], lr=c['lr'],
+                              num_epochs=c['num_epochs'],
+                              num_train=c['num_train'], num_test=c['num_test'],
+                              plot=False)
         return r.examples_per_sec, r.test_acc
 
     class NoChart:  # train_ch13 draws with d2l's Animator; ours does not
