@@ -7,6 +7,7 @@ an event that only a job on the other stand-in sets, which can finish only
 if both run at the same time.
 """
 import _thread
+import signal
 import threading
 import time
 
@@ -138,7 +139,18 @@ def test_an_error_is_raised_once_even_after_more_work(torch_backend):
     d2l.synchronize([device])  # ...so not raised a second time
 
 
-def test_an_interrupt_cancels_the_queue_and_leaves_no_thread(torch_backend):
+@pytest.fixture
+def default_sigint():
+    """SIGINT raising KeyboardInterrupt, Python's default and a Jupyter
+    kernel's: _thread.interrupt_main does nothing while SIGINT is ignored,
+    as something run earlier in the same test process may leave it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_cancels_the_queue_and_leaves_no_thread(torch_backend,
+                                                            default_sigint):
     d2l = torch_backend
     device = d2l.stand_ins(1)[0]
     d2l.launch(device, lambda: None).result()  # the worker exists
