@@ -1,15 +1,24 @@
 """The functions that d2lpar.torch and d2lpar.mxnet define in the same
 words, written once against the backend module `d2l` (framework-free).
 
-Each backend binds them in one line, ``gpu = bind(_backend.gpu, __name__)``,
-and supplies the few private hooks they call: ``_gpu_device(i)``,
-``_stand_in(i)``, ``_stand_in_label(i)``, ``_stand_in_threads()``,
-``_free_bytes(device)``, ``_to_arrays(X, y)``,
-``_full(n, value, device)``, ``_copy_into(src, dst)``,
-``_max_abs_diff(a, b)`` and ``_FRAMEWORK``. The backend is looked up when a
-function is called, so a test that replaces ``train_batch`` on a backend
-is seen by `parameter_drift`.
+Each backend binds them in one line, ``gpu = bind(_backend.gpu, __name__)``
+(or a group at once: `device_functions`, `shared_functions`,
+`model_functions`), and supplies the few private hooks they call:
 
+- devices (d2lpar/_torch/devices.py, d2lpar/_mxnet/devices.py):
+  ``_gpu_device(i)``, ``_stand_in(i)``, ``_stand_in_label(i)``,
+  ``_stand_in_threads()``, ``_free_bytes(device)``, ``_to_arrays(X, y)``,
+  ``_full(n, value, device)``, ``_copy_into(src, dst)``;
+- arrays (the backend module itself): ``_FRAMEWORK``, ``_ARRAY``,
+  ``_no_grad()``, ``_all_finite(x)``, ``_memory(x)``, ``_device_of(x)``,
+  ``_flat(x)``, ``_copy_like(src, dst)``, ``_copy_into(src, dst)``,
+  ``_max_abs_diff(a, b)``;
+- models (d2lpar/_torch/models.py, d2lpar/_mxnet/models.py):
+  ``_normal(shape, std)``, ``_zeros(n)``, ``_flat_concat(arrays)``,
+  ``_dot(X, W)``, ``_relu(X)``, ``_nbytes(x)``.
+
+The backend is looked up when a function is called, so a test that
+replaces ``train_batch`` on a backend is seen by `parameter_drift`.
 Both backends also take the framework-free names they re-export from here
 (``from d2lpar._backend import *``: the names of `__all__`).
 """
