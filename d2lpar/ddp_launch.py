@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from d2lpar.i18n import Bilingual, Message, error_message
+from d2lpar.i18n import Bilingual, Message, _, error_message
 from d2lpar.launch import HOST, Processes, check_port, free_port, python_env
 from d2lpar.runs import check_restarts, collect, device_options, prepare
 
@@ -32,6 +32,14 @@ def torch_failure(log):
         kind = re.match(r'[\w.]+: ', lines[-2])
         error = Bilingual(lines[-2], (kind[0] if kind else '') + error[5:])
     return int(rank[1]), code[1] if code else '?', error
+
+
+def _results_written(out_dir, num_workers):
+    """Whether the run in `out_dir` wrote every result: result.json and
+    each rank's rank<r>.json (prepare() removed those of former runs)."""
+    import os
+    names = ['result.json'] + [f'rank{r}.json' for r in range(num_workers)]
+    return all(os.path.exists(os.path.join(out_dir, n)) for n in names)
 
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,
@@ -67,8 +75,18 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
                 '{timeout} s: stopped all its processes. End of {log}:',
                 n=num_workers, timeout=timeout, log=run.logs['torchrun'])
                 + '\n' + run.tail('torchrun')) from None
-        if code != 0:
-            failure = torch_failure(run.logs['torchrun'])
+        failure = torch_failure(run.logs['torchrun']) if code else None
+        if code and failure and _results_written(out_dir, num_workers):
+            # Every process wrote its results (its last step before it
+            # leaves the process group), then one died on its way out: a
+            # crash in PyTorch's teardown (SIGABRT, "terminate called
+            # without an active exception", seen in lesson 5's FSDP runs
+            # under load). The run is complete; say so, do not fail it
+            print(_('d2lpar: rank {rank} crashed while shutting down, after '
+                    'writing all its results ({error}); the run itself is '
+                    'complete.').format(rank=failure[0], error=failure[2]),
+                  flush=True)
+        elif code:
             what = (Message('rank {rank} failed (exit code {code}): {error}',
                             rank=failure[0], code=failure[1],
                             error=failure[2]) if failure else
