@@ -53,8 +53,12 @@ def _test_env(monkeypatch, data_root):
     monkeypatch.setenv('D2LPAR_OFFLINE', '1')
     monkeypatch.setenv('D2LPAR_DATA', str(data_root))
     monkeypatch.delenv('D2LPAR_FASHION_MNIST_URL', raising=False)
-    # Every test starts in English; d2l.use_language in a test is undone
-    monkeypatch.delenv('D2LPAR_LANG', raising=False)
+    # Every test starts in English; d2l.use_language in a test is undone.
+    # (delenv of an unset variable records nothing to undo: set it first,
+    # or a test's use_language would reach the notebooks run after it in
+    # this worker, whose kernels inherit its environment)
+    monkeypatch.setenv('D2LPAR_LANG', 'en')
+    monkeypatch.delenv('D2LPAR_LANG')
 
 
 @pytest.fixture(scope='session', params=BACKENDS)
