@@ -190,7 +190,6 @@ class TorchBackend(Backend):
 
         return Recorder()
 
-
     # -- scripts ----------------------------------------------------------
     def checkpoint_params(self, folder):
         """{name: NumPy array}: the model in ddp_train's checkpoint in
@@ -330,7 +329,6 @@ class MXNetBackend(Backend):
         net = Recorder()
         net.initialize()
         return net
-
 
     # -- scripts ----------------------------------------------------------
     def checkpoint_params(self, folder):
