@@ -9,10 +9,11 @@ Each backend binds them in one line, ``gpu = bind(_backend.gpu, __name__)``
   ``_gpu_device(i)``, ``_stand_in(i)``, ``_stand_in_label(i)``,
   ``_stand_in_threads()``, ``_free_bytes(device)``, ``_to_arrays(X, y)``,
   ``_full(n, value, device)``, ``_copy_into(src, dst)``;
-- arrays (the backend module itself): ``_FRAMEWORK``, ``_ARRAY``,
-  ``_no_grad()``, ``_all_finite(x)``, ``_memory(x)``, ``_device_of(x)``,
-  ``_flat(x)``, ``_copy_like(src, dst)``, ``_copy_into(src, dst)``,
-  ``_max_abs_diff(a, b)``;
+- arrays (d2lpar/_torch/arrays.py, d2lpar/_mxnet/arrays.py, imported by
+  the backend module): ``_FRAMEWORK``, ``_ARRAY``, ``_no_grad()``,
+  ``_all_finite(x)``, ``_memory(x)``, ``_device_of(x)``, ``_flat(x)``,
+  ``_copy_like(src, dst)``, ``_copy_into(src, dst)``; and in the backend
+  module itself, ``_max_abs_diff(a, b)``;
 - models (d2lpar/_torch/models.py, d2lpar/_mxnet/models.py):
   ``_normal(shape, std)``, ``_zeros(n)``, ``_flat_concat(arrays)``,
   ``_dot(X, W)``, ``_relu(X)``, ``_nbytes(x)``.
@@ -25,6 +26,7 @@ Both backends also take the framework-free names they re-export from here
 import functools
 import inspect
 import math
+import os
 import sys
 
 from d2lpar import checks as _checks
@@ -80,6 +82,15 @@ def prepare(module_name):
     module, which its generated part calls ``d2l``, as the lessons do."""
     _fonts.use_cjk_font()
     return sys.modules[module_name]
+
+
+def run_shared_lessons(namespace):
+    """Run d2lpar/_shared_lessons.py, the lessons' code that is the same
+    for both frameworks, in a backend's `namespace` (its ``globals()``):
+    its functions then belong to that backend and use its names."""
+    path = os.path.join(os.path.dirname(__file__), '_shared_lessons.py')
+    with open(path, encoding='utf-8') as f:
+        exec(compile(f.read(), path, 'exec'), namespace)
 
 
 def check_allreduce(d2l, data):

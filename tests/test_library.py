@@ -15,11 +15,12 @@ import notebooks as builder  # noqa: E402
 
 @pytest.fixture
 def tree(tmp_path):
-    """A copy of the English lessons and of the two backends."""
+    """A copy of the English lessons, of the two backends and of the file
+    of code they share."""
     shutil.copytree(ROOT / 'notebooks' / 'en', tmp_path / 'notebooks' / 'en',
                     ignore=shutil.ignore_patterns('pytorch', 'mxnet'))
     (tmp_path / 'd2lpar').mkdir()
-    for file in library.BACKENDS.values():
+    for file in [*library.BACKENDS.values(), library.SHARED[1]]:
         shutil.copy(ROOT / 'd2lpar' / file, tmp_path / 'd2lpar' / file)
     return tmp_path
 
@@ -45,6 +46,20 @@ def test_a_hand_edit_in_the_generated_part_is_caught_by_name(tree):
     assert library.check(tree / 'notebooks') == []
 
 
+def test_a_hand_edit_in_the_shared_code_is_caught_by_name(tree):
+    path = tree / 'd2lpar' / library.SHARED[1]
+    text = path.read_text(encoding='utf-8')
+    edited = text.replace('num_examples // num_epochs',
+                          'num_examples / num_epochs', 1)
+    assert edited != text
+    path.write_text(edited, encoding='utf-8')
+    assert library.check(tree / 'notebooks')[0] == (
+        'd2lpar/_shared_lessons.py: train differs from its lesson (edited '
+        'by hand below the generated-code line?)')
+    assert library.build(tree / 'notebooks') == [path]
+    assert library.check(tree / 'notebooks') == []
+
+
 def test_a_function_added_or_removed_by_hand_is_caught(tree):
     path = tree / 'd2lpar' / 'mxnet.py'
     text = path.read_text(encoding='utf-8')
@@ -52,32 +67,62 @@ def test_a_function_added_or_removed_by_hand_is_caught(tree):
     assert library.check(tree / 'notebooks')[0] == (
         'd2lpar/mxnet.py: extra stands in the generated part but in no '
         'lesson')
-    lesson = tree / 'notebooks' / 'en' / 'beyond-data-parallelism.md'
+    lesson = tree / 'notebooks' / 'en' / 'multiple-gpus.md'
     lesson.write_text(lesson.read_text(encoding='utf-8').replace(
-        '#@save\ndef split_rows', '#@save\ndef split_rows_by_hand'),
+        '#@save\ndef split_batch', '#@save\ndef split_batch_by_hand'),
         encoding='utf-8')
     problems = library.check(tree / 'notebooks')
-    assert ('d2lpar/mxnet.py: split_rows_by_hand is missing from the '
+    assert ('d2lpar/mxnet.py: split_batch_by_hand is missing from the '
             'generated part') in problems
 
 
-def test_the_generated_part_is_the_lessons_code_in_lesson_order():
-    text = (ROOT / 'd2lpar' / 'torch.py').read_text(encoding='utf-8')
-    generated = text.split(library.MARKER)[1]
-    names = list(library._blocks(generated))
-    assert names[:3] == ['lenet', 'get_params', 'allreduce']
-    assert names.index('train') < names.index('Residual') \
-        < names.index('reduce_scatter')
-    assert 'ddp_worker' in names and 'ddp_worker' not in library._blocks(
-        (ROOT / 'd2lpar' / 'mxnet.py').read_text(encoding='utf-8').split(
-            library.MARKER)[1])
+def _generated_names(file):
+    text = (ROOT / 'd2lpar' / file).read_text(encoding='utf-8')
     assert 'Generated' not in text.split(library.MARKER)[0]
+    return list(library._blocks(text.split(library.MARKER)[1]))
+
+
+def test_the_generated_part_is_the_lessons_code_in_lesson_order():
+    names = _generated_names('torch.py')
+    assert names[:3] == ['lenet', 'get_params', 'allreduce']
+    assert names.index('allreduce') < names.index('Residual')
+    assert 'ddp_worker' in names and 'ddp_worker' not in _generated_names(
+        'mxnet.py')
+    # Code of the cells #@tab all stands once, in the shared file, which
+    # each backend runs last
+    shared = _generated_names(library.SHARED[1])
+    assert shared.index('train_batch') < shared.index('train') \
+        < shared.index('reduce_scatter')
+    for file in library.BACKENDS.values():
+        names = _generated_names(file)
+        assert not set(names) & set(shared)
+        assert names[-1] == '_backend.run_shared_lessons(globals())'
+
+
+@pytest.mark.parametrize('backend', ['torch', 'mxnet'])
+def test_the_shared_code_belongs_to_each_backend(backend, monkeypatch):
+    """`train` of each backend calls that backend's functions, and is
+    documented and located as its own (help, inspect, tracebacks)."""
+    import importlib
+    import inspect
+    d2l = importlib.import_module(f'd2lpar.{backend}')
+    assert d2l.train.__globals__ is vars(d2l)
+    assert d2l.train.__module__ == f'd2lpar.{backend}'
+    assert inspect.getsourcefile(d2l.train).endswith(library.SHARED[1])
+    assert d2l.__doc__.startswith(f'd2lpar for ')  # not replaced
+    seen = []
+    monkeypatch.setattr(d2l, 'get_params',
+                        lambda params, device: seen.append(device) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        d2l.train(1, 16, 0.1, num_epochs=1, num_train=32, num_test=16,
+                  plot=False)
+    assert len(seen) == 1
 
 
 def test_a_save_line_that_saves_nothing_is_an_error():
     source = '```{.python .input}\n#@tab all\nx = 1\n#@save\n```\n'
     with pytest.raises(builder.SourceError, match='#@save ends the cell'):
-        library.saved(source, 'pytorch', 'x.md')
+        library.saved(source, 'all', 'x.md')
 
 
 @pytest.mark.parametrize('backend', ['torch', 'mxnet'])

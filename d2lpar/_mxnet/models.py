@@ -84,3 +84,11 @@ def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
                     out.backward(bwd[s + 1][j].as_in_ctx(devices[s]))
                 bwd[s][j] = watch(x.grad, f'B{j}')
     return float(sum(float(l) for l in losses))
+
+
+def sgd(params, lr, batch_size):
+    """Minibatch stochastic gradient descent, as in the d2l book: each
+    parameter takes a step of `lr` against its gradient divided by
+    `batch_size`."""
+    for param in params:
+        param[:] = param - lr * param.grad / batch_size

@@ -93,3 +93,13 @@ def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
             (forward if kind == 'F' else backward)(s, j)
     synchronize(devices)
     return float(sum(float(l) for l in losses))
+
+
+def sgd(params, lr, batch_size):
+    """Minibatch stochastic gradient descent, as in the d2l book: each
+    parameter takes a step of `lr` against its gradient divided by
+    `batch_size`, and its gradient is set to zero."""
+    with torch.no_grad():
+        for param in params:
+            param -= lr * param.grad / batch_size
+            param.grad.zero_()
