@@ -6,12 +6,10 @@ than there are, `try_devices` hands out the CPU contexts ``cpu(0)``,
 ``cpu(1)``, ... as stand-ins (MXNet runs each on its own engine thread)
 and says so once.
 """
-import ctypes
 
 from d2lpar._mxnet import STAND_IN_THREADS  # noqa: F401 (before MXNet)
 
 import mxnet as mx  # noqa: E402,F401 (the lessons' code uses it)
-from mxnet.base import _LIB, check_call  # noqa: E402
 from mxnet import autograd, gluon, np, npx  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402,F401
 

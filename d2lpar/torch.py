@@ -35,7 +35,6 @@ from d2lpar._torch.models import (  # noqa: E402,F401
     mlp_params, pipeline_params, sgd, stage_forward)
 from d2lpar._torch.processes import _run_processes  # noqa: E402
 from d2lpar._torch.timeline import Timeline  # noqa: E402
-from d2lpar.i18n import error_message  # noqa: E402
 
 __all__ = _api.SHARED + _api.BACKEND
 d2l = _backend.prepare(__name__)  # fonts; the name the lessons' code uses
