@@ -15,8 +15,8 @@ Each backend binds them in one line, ``gpu = bind(_backend.gpu, __name__)``
   ``_copy_like(src, dst)``, ``_copy_into(src, dst)``; and in the backend
   module itself, ``_max_abs_diff(a, b)``;
 - models (d2lpar/_torch/models.py, d2lpar/_mxnet/models.py):
-  ``_normal(shape, std)``, ``_zeros(n)``, ``_flat_concat(arrays)``,
-  ``_dot(X, W)``, ``_relu(X)``, ``_nbytes(x)``.
+  ``_normal(shape, std)``, ``_zeros(n)``, ``_dot(X, W)``, ``_nbytes(x)``
+  (and the public ``relu`` and ``concat`` of the arrays modules).
 
 The backend is looked up when a function is called, so a test that
 replaces ``train_batch`` on a backend is seen by `parameter_drift`.
@@ -290,8 +290,8 @@ def distributed_commands(d2l, hosts, workers_per_host=1, *, port=29500,
 
 # --------------------------------------------------------------------------
 # The small models of the lessons (their arrays from the hooks ``_normal``,
-# ``_zeros``, ``_flat_concat``, ``_dot``, ``_relu`` and ``_nbytes`` of
-# d2lpar/_torch/models.py and d2lpar/_mxnet/models.py)
+# ``_zeros``, ``_dot`` and ``_nbytes`` of d2lpar/_torch/models.py and
+# d2lpar/_mxnet/models.py, and ``relu`` and ``concat``)
 # --------------------------------------------------------------------------
 MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
 
@@ -315,7 +315,8 @@ def mlp_params(d2l):
     """The parameters of an MLP with one hidden layer, in one flat vector:
     weights drawn with standard deviation sqrt(2 / inputs), zero biases."""
     W1, W2 = _he(d2l, (784, 256), 784), _he(d2l, (256, 10), 256)
-    return d2l._flat_concat([W1, d2l._zeros(256), W2, d2l._zeros(10)])
+    return d2l.concat([x.reshape(-1)
+                       for x in (W1, d2l._zeros(256), W2, d2l._zeros(10))])
 
 
 def mlp(d2l, X, flat):
@@ -326,7 +327,7 @@ def mlp(d2l, X, flat):
         params.append(flat[start:start + size].reshape(shape))
         start += size
     W1, b1, W2, b2 = params
-    H = d2l._relu(d2l._dot(X.reshape(X.shape[0], -1), W1) + b1)
+    H = d2l.relu(d2l._dot(X.reshape(X.shape[0], -1), W1) + b1)
     return d2l._dot(H, W2) + b2
 
 
@@ -351,7 +352,7 @@ def stage_forward(d2l, X, params, last=False):
     for i in range(0, len(params), 2):
         X = d2l._dot(X, params[i]) + params[i + 1]
         if not (last and i == len(params) - 2):
-            X = d2l._relu(X)
+            X = d2l.relu(X)
     return X
 
 

@@ -1,9 +1,10 @@
 """The small models of the lessons that the lessons do not define
 themselves: LeNet's parameters, the loss, and lesson 5's MLP, Adam and
 pipeline stages."""
-from mxnet import autograd, gluon, np, npx
+from mxnet import autograd, gluon, np
 
 from d2lpar import _backend
+from d2lpar._mxnet.arrays import concat, relu  # noqa: F401 (_backend's models)
 from d2lpar.sharding import gpipe_schedule, shard_bounds
 
 
@@ -16,16 +17,10 @@ def _zeros(n):
     return np.zeros(n)
 
 
-def _flat_concat(arrays):
-    return np.concatenate([x.reshape(-1) for x in arrays])
-
 
 def _dot(X, W):
     return np.dot(X, W)
 
-
-def _relu(X):
-    return npx.relu(X)
 
 
 def _nbytes(x):

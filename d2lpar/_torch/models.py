@@ -3,9 +3,9 @@ themselves: LeNet's parameters, the loss, and lesson 5's MLP, Adam and
 pipeline stages."""
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from d2lpar import _backend
+from d2lpar._torch.arrays import concat, relu  # noqa: F401 (_backend's models)
 from d2lpar.sharding import gpipe_schedule
 from d2lpar._torch.devices import launch, synchronize
 
@@ -19,16 +19,10 @@ def _zeros(n):
     return torch.zeros(n)
 
 
-def _flat_concat(arrays):
-    return torch.cat([x.reshape(-1) for x in arrays])
-
 
 def _dot(X, W):
     return X @ W
 
-
-def _relu(X):
-    return F.relu(X)
 
 
 def _nbytes(x):
