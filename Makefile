@@ -1,9 +1,26 @@
-# Every target that needs Python builds .venv first (once: a stamp file
+# Every target that needs Python builds a venv first (once: a stamp file
 # remembers that the pins were installed, and a second run installs nothing).
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV := .venv
+# The Python is the python3 on PATH, or the one named: make test
+# PYTHON=python3.13. Its version picks the lock file of the exact pins,
+# requirements/lock-py<major.minor>.txt (the newest one past 3.13), and the
+# venv: .venv for Python 3.11 (the pinned environment CI runs), .venv-py3.X
+# for any other, so that changing Python never mixes two environments.
+PYTHON ?= $(shell command -v python3)
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+ifeq ($(PY_VERSION),)
+$(error PYTHON=$(PYTHON) does not run: name a Python 3.11 or later)
+endif
+LOCK ?= $(or $(wildcard requirements/lock-py$(PY_VERSION).txt),requirements/lock-py3.13.txt)
+VENV ?= $(if $(filter 3.11,$(PY_VERSION)),.venv,.venv-py$(PY_VERSION))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+# TORCH=cpu (or cu126, ...): take torch from PyTorch's own index of that
+# build, e.g. the CPU build (about 1 GB less than the CUDA build that PyPI
+# serves on Linux) on a laptop with no NVIDIA GPU: make lab TORCH=cpu.
+# It applies when the venv is built (a fresh clone, or after make clean).
+TORCH ?=
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/$(TORCH)
 # One data cache for the lessons and the tests (see README, "Data").
 export D2LPAR_DATA ?= $(CURDIR)/data
 PYTEST_FLAGS ?= -n 2 --dist loadscope -p no:cacheprovider --durations=15
@@ -11,19 +28,21 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	--sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: venv lab test test-unit test-notebooks notebooks check-notebooks \
-	figures slides bench clean messages
+	figures slides bench clean messages dist test-reach
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-nodeps.txt \
-		pyproject.toml
+$(STAMP): $(LOCK) requirements-nodeps.txt pyproject.toml
+	@test ! -x $(PY) || $(PY) -c 'import sys; sys.exit("%d.%d" % \
+		sys.version_info[:2] != "$(PY_VERSION)")' || \
+		{ echo "$(VENV) has another Python: building it again"; \
+		  rm -rf $(VENV); }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check \
-		-r requirements-dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
-		-r requirements-nodeps.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
-		--no-build-isolation -e .
+	$(if $(TORCH),$(PIP) --index-url $(TORCH_INDEX_URL) \
+		"$$(grep -m1 '^torch==' $(LOCK))")
+	$(PIP) -r $(LOCK)
+	$(PIP) --no-deps -r requirements-nodeps.txt
+	$(PIP) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 # JupyterLab's menus in the language of the machine's locale (LC_ALL,
@@ -89,6 +108,42 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache
+
+# A wheel and an sdist of d2lpar under dist/, for a kernel that already has
+# PyTorch (Colab, a cluster's module): pip install dist/d2lpar-*.whl adds
+# only what is missing and keeps the installed torch and numpy.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+
+# The reach of the PyTorch track (.ci/run runs it on Python 3.13): a fresh
+# venv gets torch and numpy 2 first, as Colab has them, then d2lpar with
+# its test tools from the ranges of pyproject.toml, which must keep that
+# torch and numpy; then the unit tests and the English PyTorch lessons
+# under nbval. The MXNet tests are deselected where MXNet is missing, and
+# the run's last lines say which (conftest.py).
+REACH_VENV ?= build/reach-py$(PY_VERSION)
+REACH_PY := $(REACH_VENV)/bin/python
+REACH_PREINSTALLED ?= torch numpy>=2
+test-reach: check-notebooks
+	rm -rf $(REACH_VENV)
+	$(PYTHON) -m venv $(REACH_VENV)
+	$(REACH_PY) -m pip install --quiet --disable-pip-version-check \
+		$(REACH_PREINSTALLED)
+	$(REACH_PY) -m pip list --format=freeze | grep -iE '^(torch|numpy)==' \
+		> $(REACH_VENV)/before.txt
+	$(REACH_PY) -m pip install --quiet --disable-pip-version-check \
+		-e '.[test]'
+	$(REACH_PY) -m pip install --quiet --disable-pip-version-check \
+		--no-deps -r requirements-nodeps.txt
+	$(REACH_PY) -m pip list --format=freeze | grep -iE '^(torch|numpy)==' \
+		> $(REACH_VENV)/after.txt
+	@cat $(REACH_VENV)/before.txt
+	@cmp -s $(REACH_VENV)/before.txt $(REACH_VENV)/after.txt || \
+		{ echo 'pip install -e .[test] changed torch or numpy:'; \
+		  diff $(REACH_VENV)/before.txt $(REACH_VENV)/after.txt; exit 1; }
+	$(TEST_ENV) $(REACH_PY) -m pytest tests notebooks/en/pytorch \
+		$(NBVAL_FLAGS) $(PYTEST_FLAGS)
 
 # --- The browser test on every notebook, and the GPU runners ---------------
 .PHONY: test-browser test-gpu

@@ -10,6 +10,10 @@ import os
 
 import numpy as onp
 
+from d2lpar.mxnet_reach import shims as _shims  # noqa: E402
+
+_shims()  # numpy.bool, distutils: before MXNet loads
+
 import mxnet as mx
 from mxnet import autograd, gluon, np
 

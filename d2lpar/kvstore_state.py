@@ -16,6 +16,10 @@ it needs nothing but ``mxnet.optimizer``.
 import json
 import os
 
+from d2lpar.mxnet_reach import shims as _shims  # noqa: E402
+
+_shims()  # numpy.bool, distutils: before MXNet loads
+
 import mxnet as mx
 import numpy as onp
 

@@ -83,6 +83,10 @@ import traceback
 
 import numpy as onp
 
+from d2lpar.mxnet_reach import shims as _shims  # noqa: E402
+
+_shims()  # numpy.bool, distutils: before MXNet loads
+
 import mxnet as mx  # a scheduler or server serves in here, then exits
 from mxnet import gluon, np, npx
 from mxnet.gluon import nn

@@ -118,8 +118,8 @@ def device_options(framework, num_gpus, num_workers, use_gpus=None):
             import torch
             num_gpus = torch.cuda.device_count()
         else:
-            import mxnet
-            num_gpus = mxnet.context.num_gpus()
+            from d2lpar.mxnet_reach import require_mxnet
+            num_gpus = require_mxnet().context.num_gpus()
     gpu, notice = choose_gpu(num_gpus, 0, num_workers)
     if use_gpus and gpu is None:
         raise ValueError(error_message(

@@ -20,3 +20,10 @@ STAND_IN_THREADS = int(os.environ['OMP_NUM_THREADS'])
 # (measured: 0.88 of the sum of the parts with 16, 0.50 with 64, on 2
 # cores); a LeNet step queues more operators than 64.
 os.environ.setdefault('MXNET_CPU_TEMP_COPY', '256')
+
+# MXNet itself, after its shims (numpy.bool, distutils on Python 3.12), or
+# one sentence in the student's language where it is not installed, which
+# stops the lesson's first cell (d2lpar.mxnet_reach).
+from d2lpar.mxnet_reach import require_mxnet  # noqa: E402
+
+require_mxnet()
