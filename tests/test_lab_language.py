@@ -56,12 +56,18 @@ def test_the_choice_is_a_default_setting_of_the_translation_plugin(tmp_path):
     path = folder / 'labconfig' / 'default_setting_overrides.json'
     assert json.loads(path.read_text(encoding='utf-8')) == {
         '@jupyterlab/translation-extension:plugin': {'locale': 'zh_CN'}}
-    # the pack of every language is a pin of requirements-dev.txt
-    pins = (ROOT / 'requirements-dev.txt').read_text(encoding='utf-8')
+    # the pack of every language is a pin of every lock file, and in the
+    # lab extra of pyproject.toml
+    locks = sorted((ROOT / 'requirements').glob('lock-py*.txt'))
+    assert locks
+    extra = (ROOT / 'pyproject.toml').read_text(encoding='utf-8')
     for locale in lab_language.PACKS.values():
         if locale != 'en':
             pack = 'jupyterlab-language-pack-' + locale.replace('_', '-')
-            assert f'{pack}==' in pins, pack
+            for lock in locks:
+                assert f'{pack}==' in lock.read_text(encoding='utf-8'), \
+                    (lock.name, pack)
+            assert f'"{pack}' in extra, pack
 
 
 def test_an_unknown_lab_lang_stops_make_lab():

@@ -199,7 +199,7 @@ def test_nothing_is_loaded_from_the_network(built):
 
 
 def test_rise_is_installed_and_enabled_in_jupyterlab():
-    """The live slideshow: jupyterlab-rise (requirements-dev.txt) is
+    """The live slideshow: jupyterlab-rise (requirements/lock-py3.X.txt) is
     installed as a prebuilt extension of the venv's JupyterLab, and no
     labconfig disables it (what `jupyter labextension list` reports as
     enabled, read from the files: that command takes 10 s here)."""

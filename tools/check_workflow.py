@@ -1,5 +1,6 @@
-"""Check .github/workflows/*.yml: valid YAML with jobs and steps, and every
-`make <target>` a step runs is a target of the Makefile.
+"""Check .github/workflows/*.yml: valid YAML with jobs and steps, every
+`make <target>` a step runs is a target of the Makefile, and the PyTorch
+unit tests run on macOS arm64 (macos-14 or later) and on Windows.
 
 Usage::
 
@@ -40,7 +41,42 @@ def make_targets_in(command):
     return found
 
 
-def main():
+# The runners the PyTorch track must reach: the platforms MXNet has no
+# wheel for
+REACH = {'macOS arm64': re.compile(r'^macos-(1[4-9]|[2-9]\d)$'),
+         'Windows': re.compile(r'^windows-')}
+
+
+def runs_unit_tests(job):
+    """Whether a job runs the unit tests (make test-unit, or pytest on
+    tests/)."""
+    for step in job.get('steps') or []:
+        run = step.get('run', '')
+        if 'test-unit' in make_targets_in(run):
+            return True
+        if re.search(r'pytest\s+(\S+\s+)*tests\b', run):
+            return True
+    return False
+
+
+def reach_problems(name, jobs):
+    """What is missing of the macOS arm64 and Windows jobs."""
+    problems = []
+    for platform, pattern in REACH.items():
+        found = [job_id for job_id, job in jobs.items()
+                 if isinstance(job.get('runs-on'), str)
+                 and pattern.match(job['runs-on']) and runs_unit_tests(job)]
+        if found:
+            print(f'{name}: {platform}: job {", ".join(found)}: ok')
+        else:
+            problems.append(f'{name}: no {platform} job runs the PyTorch '
+                            f'unit tests')
+    return problems
+
+
+def main(root=ROOT):
+    global ROOT
+    ROOT = root
     targets = makefile_targets()
     problems = []
     files = sorted((ROOT / '.github' / 'workflows').glob('*.y*ml'))
@@ -69,6 +105,8 @@ def main():
                     if target not in targets:
                         problems.append(f'{name}: job {job_id} runs `make '
                                         f'{target}`, not a Makefile target')
+        if path.stem == 'ci':
+            problems += reach_problems(name, jobs)
     for problem in problems:
         print(f'ERROR: {problem}', file=sys.stderr)
     return 1 if problems else 0

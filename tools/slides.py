@@ -52,7 +52,7 @@ def package_dir(name, sub):
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f'{name} is not installed: run `make venv` '
                          f'(its pin is in requirements-nodeps.txt or '
-                         f'requirements-dev.txt)')
+                         f'requirements/lock-py3.X.txt)')
     path = pathlib.Path(spec.submodule_search_locations[0]) / sub
     if not path.is_dir():
         raise SystemExit(f'{path} is missing: reinstall {name}')

@@ -3,7 +3,7 @@ and a headless Chromium driven by Playwright for Python.
 
 What the test needs, and where it comes from:
 
-- Playwright for Python: `requirements-dev.txt` (so `make venv` installs
+- Playwright for Python: `requirements/lock-py3.X.txt` (so `make venv` installs
   it). Playwright's own browser download (`playwright install`) is never
   used: it needs a CDN that a closed network does not reach.
 - A Chromium or Chrome binary: `$D2LPAR_CHROMIUM`, else the first of
@@ -195,7 +195,7 @@ def sync_playwright():
         from playwright.sync_api import sync_playwright
     except ImportError:
         loud_skip(f'the Python package `playwright` is not installed in '
-                  f'{sys.prefix} (it is in requirements-dev.txt: run '
+                  f'{sys.prefix} (it is in requirements/lock-py3.X.txt: run '
                   f'`make venv`, or `{sys.executable} -m pip install '
                   f'playwright`; never `playwright install`)')
     return sync_playwright
@@ -284,9 +284,10 @@ def start_lab(home, language='en'):
     config = str(tool.write_config(tool.lab_locale(language), root=home))
     env['JUPYTER_CONFIG_PATH'] = os.pathsep.join(
         filter(None, [config, os.environ.get('JUPYTER_CONFIG_PATH')]))
-    jupyter = ROOT / '.venv' / 'bin' / 'jupyter'
-    if not jupyter.exists():  # another venv: use the one running pytest
-        jupyter = pathlib.Path(sys.executable).parent / 'jupyter'
+    # the venv running pytest (.venv, .venv-py3.X, make test-reach's)
+    jupyter = pathlib.Path(sys.executable).parent / 'jupyter'
+    if not jupyter.exists():
+        jupyter = ROOT / '.venv' / 'bin' / 'jupyter'
     cmd = [str(jupyter), 'lab', '--no-browser',
            f'--IdentityProvider.token={token}', f'--port={port}',
            '--port-retries=0', '--ServerApp.ip=127.0.0.1',
