@@ -103,6 +103,13 @@ def test_runs_with_each_framework(framework):
     assert framework in ('torch', 'mxnet')
 
 
+def test_reaches_the_other_framework_in_its_body():
+    """Run by the test below: it stands for a test that asks for MXNet in
+    its body (get_backend('mxnet')), where MXNet is said to be missing."""
+    if os.environ.get('D2LPAR_TEST_WITHOUT_MXNET') == '1':
+        raise mxnet_reach.unavailable()
+
+
 def test_make_test_says_what_it_did_not_run():
     env = dict(os.environ, D2LPAR_TEST_WITHOUT_MXNET='1')
     out = subprocess.run(
@@ -119,10 +126,11 @@ def test_make_test_says_what_it_did_not_run():
         [sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider',
          '-p', 'no:randomly', '--nbval-lax',
          'tests/test_mxnet_reach.py::test_runs_with_each_framework',
+         'tests/test_mxnet_reach.py::test_reaches_the_other_framework_in_its_body',
          'notebooks/en/mxnet/multiple-gpus.ipynb'],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:]
-    last = out.stdout.strip().splitlines()[-5:]
+    last = out.stdout.strip().splitlines()[-6:]
     text = '\n'.join(last)
     assert re.search(r'NOT RUN: the MXNet track, 1 notebook\(s\) \(\d+ '
                      r'cells\) and 1 test\(s\), deselected: MXNet is not '
@@ -131,7 +139,10 @@ def test_make_test_says_what_it_did_not_run():
         'multiple-gpus.ipynb' in text, text
     assert 'NOT RUN: 1 MXNet test(s) in tests/test_mxnet_reach.py (1)' \
         in text, text
-    assert re.search(r' 1 passed, \d+ deselected ', last[-1]), text
+    assert 'NOT RUN: 1 more test(s) reached MXNet and were skipped, in ' \
+        'tests/test_mxnet_reach.py (1)' in text, text
+    assert re.search(r' 1 passed, 1 skipped, \d+ deselected ', last[-1]), \
+        text
 
 
 def _fake_python(folder):
