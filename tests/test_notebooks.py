@@ -244,14 +244,16 @@ def test_the_solutions_notebook_runs_on_its_own(tmp_path):
         cells = built_cells(root, fw, 'solutions')
         kinds = [kind for kind, _, _ in cells]
         sources = [src for _, src, _ in cells]
-        assert kinds == ['markdown', 'markdown', 'code', 'markdown', 'code']
-        header, title, first, answer, code = sources
+        assert kinds == ['markdown', 'code', 'markdown', 'code', 'markdown',
+                         'code']
+        header, install, title, first, answer, code = sources
+        assert install.startswith('# ') and '!pip install' in install
         assert f'[Français](../../../fr/{fw}/solutions/lesson.ipynb)' in header
         assert '(../lesson.ipynb)' in header and 'solutions/lesson' in header
         assert title == '# A lesson: Solutions'
         # The lesson's first cell, for its imports, without its check
-        assert first == 'print(1 + 1)' and not cells[2][2]['outputs'] \
-            and not cells[2][2]['metadata']
+        assert first == 'print(1 + 1)' and not cells[3][2]['outputs'] \
+            and not cells[3][2]['metadata']
         assert answer.startswith('### Exercise 1') and \
             'The model answer.' in answer and 'After' not in answer
         assert code == 'answer = 1 + 1'
@@ -447,3 +449,33 @@ def test_pinned_outputs_replace_the_blocks_and_split_a_shared_one():
     assert '#@tab all\n2\n' not in two
     only = pin_outputs.pin(LESSON, {'mxnet': ['3']})  # pytorch keeps its own
     assert '#@tab pytorch\n2\n' in only and '#@tab mxnet\n3\n' in only
+
+
+def test_every_notebook_shows_the_install_line_second():
+    """Below the header, the commented-out lines that install d2lpar in a
+    kernel that has PyTorch already (Colab, a cluster): from the
+    repository's root, which the relative path reaches from the notebook's
+    folder, or from the wheel of `make dist`; the MXNet notebooks ask for
+    the mxnet extra. Running the cell changes nothing."""
+    version = builder.version()
+    paths = sorted(builder.ROOT.glob('*/*/*.ipynb')) + \
+        sorted(builder.ROOT.glob('*/*/solutions/*.ipynb'))
+    assert len(paths) == 80
+    for path in paths:
+        nb = json.loads(path.read_text(encoding='utf-8'))
+        cell = nb['cells'][1]
+        lines = ''.join(cell['source']).splitlines()
+        assert cell['cell_type'] == 'code' and 'install' in \
+            cell['metadata']['tags'], path
+        assert all(line.startswith('# ') for line in lines), path
+        extra = '[mxnet]' if nb['metadata']['d2lpar']['framework'] == \
+            'mxnet' else ''
+        root, wheel = [line.split('"')[1] for line in lines[-2:]]
+        assert root.endswith(extra) and wheel == \
+            f'd2lpar-{version}-py3-none-any.whl{extra}', path
+        where = path.parent / root[:len(root) - len(extra)]
+        assert where.resolve() == builder.ROOT.parent.resolve(), path
+        # The words are the notebook's language (English is ASCII)
+        words = ' '.join(lines[:-2])
+        assert words.isascii() == (nb['metadata']['d2lpar']['language'] ==
+                                   'en'), path

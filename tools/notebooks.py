@@ -63,6 +63,25 @@ FENCE = re.compile(r'^```\{\.python \.(input|output)\}\s*$')
 TAB = re.compile(r'^#@tab (pytorch|mxnet|all)\s*$')
 BEGIN_TAB = re.compile(r'^:begin_tab:`(pytorch|mxnet)`\s*$')
 HEADING = re.compile(r'^(#{1,3}) ')
+# The second cell of every notebook: the line that installs d2lpar where
+# PyTorch (or MXNet) is already installed, commented out as in the book.
+INSTALL_WORDS = {
+    'en': ('Where PyTorch is already installed (Colab, a cluster, conda),',
+           'install d2lpar from this repository or from the wheel that',
+           '`make dist` builds: it adds only what is missing and leaves the',
+           'installed torch and numpy as they are.'),
+    'fr': ('Là où PyTorch est déjà installé (Colab, un cluster, conda),',
+           'installez d2lpar depuis ce dépôt ou depuis la roue (wheel) que',
+           'construit `make dist`\u00a0: il n\'ajoute que ce qui manque et',
+           'laisse intacts le torch et le numpy déjà installés.'),
+    'tr': ("PyTorch'un zaten kurulu olduğu yerlerde (Colab, bir küme, conda)",
+           "d2lpar'ı bu depodan ya da `make dist` komutunun oluşturduğu",
+           'wheel dosyasından kurun: yalnızca eksik olanı ekler, kurulu',
+           "torch'a ve numpy'ye dokunmaz."),
+    'zh': ('在已经装有 PyTorch 的环境中（Colab、计算集群、conda），',
+           '可以从本仓库或 `make dist` 生成的 wheel 文件安装 d2lpar：',
+           '它只补装缺少的包，不改动已经安装的 torch 和 numpy。'),
+}
 BEGIN_SOLUTIONS, END_SOLUTIONS = ':begin_solutions:', ':end_solutions:'
 # The title of a solutions notebook ("<lesson title>: Solutions") and the
 # link back to the lesson, in each language.
@@ -185,6 +204,28 @@ def _header_cell(text):
             'source': text}
 
 
+def install_cell(lang, fw, solutions=False):
+    """The commented-out lines that install d2lpar, below the header: from
+    the repository's root (relative to the notebook's folder) or from the
+    wheel of `make dist`; with the mxnet extra in an MXNet notebook."""
+    root = '../../../..' if solutions else '../../..'
+    extra = '[mxnet]' if fw == 'mxnet' else ''
+    wheel = f'd2lpar-{version()}-py3-none-any.whl'
+    lines = [f'# {line}' for line in INSTALL_WORDS[lang]] + [
+        f'# !pip install "{root}{extra}"',
+        f'# !pip install "{wheel}{extra}"']
+    return {'cell_type': 'code', 'execution_count': None,
+            'metadata': {'tags': ['install'],
+                         'slideshow': {'slide_type': 'skip'}},
+            'outputs': [], 'source': '\n'.join(lines)}
+
+
+def version():
+    """d2lpar's version, read from d2lpar/__init__.py (stdlib only)."""
+    text = (ROOT.parent / 'd2lpar' / '__init__.py').read_text()
+    return re.search(r"^__version__ = '([^']+)'", text, re.M).group(1)
+
+
 def _cells(blocks, fw, cells):
     """Append to `cells` the cells of `blocks` that go to framework fw."""
     unanswered = None  # where a #@check cell waiting for its output is
@@ -255,7 +296,8 @@ def _finish(cells, lang, fw, chapter, solutions=False):
 
 
 def notebook(blocks, lang, fw, chapter):
-    cells = [_header_cell(header(lang, fw, chapter))]
+    cells = [_header_cell(header(lang, fw, chapter)),
+             install_cell(lang, fw)]
     return _finish(_cells(blocks, fw, cells), lang, fw, chapter)
 
 
@@ -275,7 +317,8 @@ def solutions_notebook(lesson_blocks, blocks, lang, fw, chapter):
                     at)] for kind, tab, body, at in lesson_blocks
                   if kind == 'input' and tab in ('all', fw)), [])
     title = ('md', None, f'# {name}{SOLUTIONS_WORDS[lang][0]}', None)
-    cells = [_header_cell(header(lang, fw, chapter, solutions_of=name))]
+    cells = [_header_cell(header(lang, fw, chapter, solutions_of=name)),
+             install_cell(lang, fw, solutions=True)]
     _cells([title] + first + list(blocks), fw, cells)
     return _finish(cells, lang, fw, chapter, solutions=True)
 

@@ -21,7 +21,8 @@ from tools.bench.sections import (
     section_training)
 from tools.bench.report import (
     report_allreduce, report_notebooks, report_standins, report_training)
-from tools.bench.targets import targets
+from tools.bench.targets import targets, verdict
+from tools.bench.gap import gap_targets, report_gap, section_gap, worker_gap
 from tools.bench.machine import load_line, machine_notes
 
 
@@ -30,7 +31,8 @@ WORKERS = {'allreduce': worker_allreduce,
            'train_torch': worker_train_torch,
            'train_mxnet': worker_train_mxnet,
            'temp_copy': worker_temp_copy,
-           'ddp': worker_ddp, 'standins': worker_standins}
+           'ddp': worker_ddp, 'standins': worker_standins,
+           'gap': worker_gap}
 
 
 def worker_main(name, spec, out):
@@ -84,6 +86,7 @@ def main(argv=None):
     results['standins'] = section_standins(args)
     results['allreduce'] = section_allreduce(args)
     results['training'] = section_training(args)
+    results['gap'] = section_gap(args)
     if not args.skip_notebooks:
         results['notebooks'] = section_notebooks(
             args, deadline=start_mono + args.budget)
@@ -101,10 +104,11 @@ def main(argv=None):
             load_line(notes)]
     sections = [report_standins(results['standins']),
                 report_allreduce(results['allreduce']),
-                report_training(results['training'])]
+                report_training(results['training']),
+                report_gap(results['gap'])]
     if 'notebooks' in results:
         sections.append(report_notebooks(results['notebooks']))
-    lines = targets(results)
+    lines = targets(results) + gap_targets(results['gap'], verdict)
     results['targets'] = [{'verdict': a, 'target': b} for a, b in lines]
     tail = ['## Targets', ''] + [f'- {a}: {b}' for a, b in lines] + [
         '', f'Benchmark wall time: {notes["seconds"]:.0f} s.']
