@@ -158,7 +158,7 @@ test-reach: check-notebooks
 		$(REACH_IGNORE) $(CLASSROOM) $(NBVAL_FLAGS) $(PYTEST_FLAGS)
 
 # --- The browser test on every notebook, and the GPU runners ---------------
-.PHONY: test-browser test-gpu
+.PHONY: test-browser test-gpu test-gpu-rehearsal wheelhouse
 
 # Every notebook in JupyterLab, in headless Chromium (make test runs two of
 # them; D2LPAR_BROWSER_NOTEBOOKS=en/pytorch/multiple-gpus,... picks others).
@@ -167,15 +167,58 @@ test-browser: $(STAMP)
 	D2LPAR_BROWSER_NOTEBOOKS=all $(PY) -m pytest tests/browser -v -rs \
 		-p no:cacheprovider
 
-# On a machine with GPUs: fails at once when there is none, then runs the
-# checks of tests/gpu alone (their timings need idle GPUs), where
-# D2LPAR_REQUIRE_GPU=1 makes a missing GPU fail them (elsewhere they skip),
-# then everything else that make test runs. D2LPAR_MIN_GPUS=2 requires two
-# GPUs; D2LPAR_REQUIRE_MXNET_GPU=1 requires MXNet to see a GPU (mxnet-cuXXX).
-test-gpu:
-	$(PYTHON) tools/gpu_check.py --driver
-	$(MAKE) --no-print-directory $(STAMP) check-notebooks
-	$(PY) tools/gpu_check.py
-	D2LPAR_REQUIRE_GPU=1 $(PY) -m pytest tests/gpu -v -rs -p no:cacheprovider
-	$(TEST_ENV) $(PY) -m pytest tests notebooks --ignore=tests/gpu $(NBVAL_FLAGS) \
-		$(PYTEST_FLAGS)
+# On a GPU node (a cluster's node, our GPU runner): its own Python with
+# torch and numpy already installed, maybe no network. PYTHON= names that
+# Python; build/gpu-venv-py3.X sees its packages (--system-site-packages)
+# and gets d2lpar and the test tools: from WHEELHOUSE= with no network at
+# all (pip --no-index), else from the index; the node's torch and numpy
+# must come out unchanged (tools/wheelhouse.py install checks). Then it
+# fails at once when no GPU is visible, runs the checks of tests/gpu alone
+# (their timings need an idle GPU; D2LPAR_REQUIRE_GPU=1 makes a missing GPU
+# fail them, elsewhere they skip), and runs every English PyTorch lesson on
+# the GPU (tools/gpu_lessons.py: lesson 1 alone, then the others side by
+# side): the executed notebooks, their figures and a summary go to
+# build/gpu/. D2LPAR_MIN_GPUS=2 requires two GPUs; GPU_NOTEBOOKS= picks
+# other notebooks (add notebooks/en/pytorch/solutions/*.ipynb for the
+# solutions). Offline, the lessons train on data/ (copy it along) or say
+# that they use the stand-in data set.
+#   make test-gpu PYTHON=/path/to/node/python3.12 WHEELHOUSE=wheelhouse-py3.12
+GPU_VENV ?= build/gpu-venv-py$(PY_VERSION)
+GPU_PY := $(GPU_VENV)/bin/python
+GPU_OUT ?= build/gpu
+WHEELHOUSE ?=
+GPU_NOTEBOOKS ?= $(wildcard notebooks/en/pytorch/*.ipynb)
+GPU_ALONE ?= auto-parallelism
+# make test-gpu-rehearsal (or D2LPAR_REHEARSAL=1): the same steps on a
+# machine with no GPU: the driver check and the GPU requirement of
+# tests/gpu are lifted (the GPU checks skip), the lessons run on the CPU.
+D2LPAR_REHEARSAL ?=
+GPU_ENV := D2LPAR_REHEARSAL=$(D2LPAR_REHEARSAL)
+test-gpu: check-notebooks
+	$(GPU_ENV) $(PYTHON) tools/gpu_check.py --driver
+	$(PYTHON) tools/wheelhouse.py venv $(GPU_VENV)
+	$(GPU_PY) tools/wheelhouse.py install \
+		$(if $(WHEELHOUSE),--wheelhouse $(WHEELHOUSE))
+	$(GPU_ENV) $(GPU_PY) tools/gpu_check.py
+	rm -rf $(GPU_OUT) && mkdir -p $(GPU_OUT)
+	$(GPU_ENV) $(if $(filter 1,$(D2LPAR_REHEARSAL)),,D2LPAR_REQUIRE_GPU=1) \
+		$(GPU_PY) -m pytest tests/gpu -v -rs -p no:cacheprovider \
+		--junitxml=$(GPU_OUT)/tests-gpu.xml
+	$(GPU_PY) tools/gpu_lessons.py --out $(GPU_OUT) \
+		$(foreach n,$(GPU_ALONE),--alone $(n)) $(GPU_NOTEBOOKS)
+
+test-gpu-rehearsal:
+	$(MAKE) --no-print-directory test-gpu D2LPAR_REHEARSAL=1
+
+# The wheels make test-gpu needs on a node with no network, for the node's
+# Python version (WHEELHOUSE_PYTHON=3.12; by default PYTHON's) and Linux
+# x86-64: d2lpar's own wheel, its other dependencies and the test tools,
+# never torch, numpy or an NVIDIA wheel (the node has them), at most 60 MB
+# (tools/wheelhouse.py checks, and prints the size). Run it where there is
+# a network, with that Python if you have it (pip reads the requirements'
+# markers for the Python that runs it), and copy the folder to the node.
+WHEELHOUSE_PYTHON ?= $(PY_VERSION)
+WHEELHOUSE_DIR ?= build/wheelhouse-py$(WHEELHOUSE_PYTHON)
+wheelhouse:
+	$(PYTHON) tools/wheelhouse.py build --python-version \
+		$(WHEELHOUSE_PYTHON) --dest $(WHEELHOUSE_DIR)

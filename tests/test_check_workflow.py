@@ -1,5 +1,6 @@
-"""tools/check_workflow.py: the workflow's jobs, and the macOS arm64 and
-Windows jobs of the PyTorch unit tests that it requires."""
+"""tools/check_workflow.py: the workflow's jobs, the macOS arm64 and
+Windows jobs of the PyTorch unit tests that it requires, and the GPU job's
+install from a wheelhouse built by a job it needs."""
 import importlib.util
 import pathlib
 import shutil
@@ -58,10 +59,22 @@ def _intel_mac(jobs):
             job['runs-on'] = 'macos-13'
 
 
+def _gpu_without_wheelhouse(jobs):
+    for step in jobs['gpu']['steps']:
+        if 'test-gpu' in step.get('run', ''):
+            step['run'] = step['run'].split(' WHEELHOUSE=')[0]
+
+
+def _gpu_needs_nothing(jobs):
+    del jobs['gpu']['needs']
+
+
 @pytest.mark.parametrize('edit, missing', [
     (_without_macos, 'no macOS arm64 job'),
     (_intel_mac, 'no macOS arm64 job'),
-    (_windows_without_tests, 'no Windows job')])
+    (_windows_without_tests, 'no Windows job'),
+    (_gpu_without_wheelhouse, 'make test-gpu without WHEELHOUSE='),
+    (_gpu_needs_nothing, 'no job it needs runs make wheelhouse')])
 def test_a_missing_platform_fails(check, tmp_path, capsys, edit, missing):
     assert check.main(_tree(tmp_path, edit)) == 1
     assert missing in capsys.readouterr().err

@@ -1,6 +1,8 @@
 """Check .github/workflows/*.yml: valid YAML with jobs and steps, every
-`make <target>` a step runs is a target of the Makefile, and the PyTorch
-unit tests run on macOS arm64 (macos-14 or later) and on Windows.
+`make <target>` a step runs is a target of the Makefile, the PyTorch
+unit tests run on macOS arm64 (macos-14 or later) and on Windows, and
+the job of `make test-gpu` (an offline GPU runner) installs from a
+wheelhouse (WHEELHOUSE=) that a job it needs builds (`make wheelhouse`).
 
 Usage::
 
@@ -39,6 +41,53 @@ def make_targets_in(command):
                 found += [w for w in words[1:]
                           if not w.startswith('-') and '=' not in w]
     return found
+
+
+def make_calls(command):
+    """(targets, {variable: value}) of each `make ...` in a shell script."""
+    calls = []
+    for line in command.splitlines():
+        for part in re.split(r'&&|\|\||;', line):
+            words = shlex.split(part, comments=True)
+            if words and words[0] == 'make':
+                calls.append(
+                    ([w for w in words[1:]
+                      if not w.startswith('-') and '=' not in w],
+                     dict(w.split('=', 1) for w in words[1:]
+                          if '=' in w and not w.startswith('-'))))
+    return calls
+
+
+def runs_make(job, target):
+    """The variables of each `make <target>` of `job`."""
+    return [variables for step in job.get('steps') or []
+            for targets, variables in make_calls(step.get('run', ''))
+            if target in targets]
+
+
+def gpu_problems(name, jobs):
+    """The GPU runner has no network: make test-gpu installs from a
+    wheelhouse that a job it needs builds."""
+    problems = []
+    for job_id, job in jobs.items():
+        calls = runs_make(job, 'test-gpu')
+        if not calls:
+            continue
+        needs = job.get('needs') or []
+        needs = [needs] if isinstance(needs, str) else needs
+        builders = [n for n in needs if runs_make(jobs.get(n, {}),
+                                                  'wheelhouse')]
+        if not all(v.get('WHEELHOUSE') for v in calls):
+            problems.append(f'{name}: job {job_id} runs make test-gpu '
+                            f'without WHEELHOUSE= (the GPU runner has no '
+                            f'network)')
+        elif not builders:
+            problems.append(f'{name}: job {job_id} runs make test-gpu, '
+                            f'but no job it needs runs make wheelhouse')
+        else:
+            print(f'{name}: job {job_id}: make test-gpu from the wheelhouse '
+                  f'of job {", ".join(builders)}: ok')
+    return problems
 
 
 # The runners the PyTorch track must reach: the platforms MXNet has no
@@ -107,6 +156,7 @@ def main(root=ROOT):
                                         f'{target}`, not a Makefile target')
         if path.stem == 'ci':
             problems += reach_problems(name, jobs)
+            problems += gpu_problems(name, jobs)
     for problem in problems:
         print(f'ERROR: {problem}', file=sys.stderr)
     return 1 if problems else 0
