@@ -75,9 +75,12 @@ def test_chinese_lesson_in_chinese_jupyterlab(lab_server_zh, browser,
             f'the menu bar is not in Chinese: {labels}'
         assert page.evaluate('document.documentElement.lang') == 'zh-CN'
 
-        # The lesson's import cell, then a chart with a Chinese legend.
+        # The lesson's import cell (the first code cell that imports
+        # d2lpar: the one above it only shows the install line), then a
+        # chart with a Chinese legend.
         first = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) '
-                             '.jp-Notebook .jp-CodeCell').first
+                             '.jp-Notebook .jp-CodeCell').filter(
+            has_text='from d2lpar import').first
         first.locator('.jp-InputArea-prompt').click()
         page.keyboard.press('Escape')
         page.keyboard.press('b')  # a new cell below it, in command mode
