@@ -128,3 +128,4 @@ def test_make_test_gpu_installs_from_the_wheelhouse():
     assert 'D2LPAR_REQUIRE_GPU=1' in out
     assert 'tools/gpu_lessons.py --out build/gpu' in out
     assert 'notebooks/en/pytorch/multiple-gpus.ipynb' in out
+    assert 'notebooks/en/pytorch/solutions/multiple-gpus.ipynb' in out
