@@ -3,7 +3,6 @@ node holds wheels only, for the node's Python, never torch, numpy or an
 NVIDIA/CUDA wheel (the node's own are used), d2lpar's wheel and every
 tool, in 60 MB at most; the install from it never reaches an index and
 never replaces what the node has."""
-import importlib.util
 import pathlib
 import shutil
 import subprocess
@@ -12,15 +11,13 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / 'tools'))
+import wheelhouse  # noqa: E402 (tools/wheelhouse.py)
 
 
 @pytest.fixture(scope='module')
 def wh():
-    spec = importlib.util.spec_from_file_location(
-        'wheelhouse', ROOT / 'tools' / 'wheelhouse.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return wheelhouse
 
 
 def _complete(wh, folder):

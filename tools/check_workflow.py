@@ -33,14 +33,8 @@ def makefile_targets():
 
 def make_targets_in(command):
     """The targets of each `make ...` in a shell script."""
-    found = []
-    for line in command.splitlines():
-        for part in re.split(r'&&|\|\||;', line):
-            words = shlex.split(part, comments=True)
-            if words and words[0] == 'make':
-                found += [w for w in words[1:]
-                          if not w.startswith('-') and '=' not in w]
-    return found
+    return [target for targets, _ in make_calls(command)
+            for target in targets]
 
 
 def make_calls(command):
