@@ -178,11 +178,10 @@ test-browser: $(STAMP)
 # fail them, elsewhere they skip), and runs every English PyTorch lesson on
 # the GPU (tools/gpu_lessons.py: lesson 1 alone, then the others side by
 # side): the executed notebooks, their figures and a summary go to
-# build/gpu/; their solutions notebooks too (the rehearsal, on 2 CPU cores
-# shared with other work: 8.6 minutes in all, 484 s of it for the ten
-# notebooks; the five lessons alone took 348 s on a quieter machine). D2LPAR_MIN_GPUS=2 requires two GPUs; GPU_NOTEBOOKS= picks
-# other notebooks. Offline, the lessons train on data/ (copy it along) or
-# say that they use the stand-in data set.
+# build/gpu/; their solutions notebooks too. D2LPAR_MIN_GPUS=2 requires
+# two GPUs; GPU_NOTEBOOKS= picks other notebooks. Offline, the lessons
+# train on data/ (copy it along) or say that they use the stand-in data
+# set.
 #   make test-gpu PYTHON=/path/to/node/python3.12 WHEELHOUSE=wheelhouse-py3.12
 GPU_VENV ?= build/gpu-venv-py$(PY_VERSION)
 GPU_PY := $(GPU_VENV)/bin/python
