@@ -78,7 +78,6 @@ import socket
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -95,7 +94,8 @@ from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
 from d2lpar.scripts import (
-    shard_size, shards_of_epoch, training_arguments, training_data, write_json)
+    shard_size, shards_of_epoch, training_arguments, training_data, write_json,
+    write_npz)
 from d2lpar.training import learning_rate
 
 
@@ -292,9 +292,9 @@ def main(argv=None):
                 whole = {k: v.full_tensor() if args.fsdp else v for k, v in
                          model.module.state_dict().items()}
                 if rank == 0:
-                    np.savez(os.path.join(args.out, 'params_step1.npz'),
-                             **{k: v.detach().cpu().numpy()
-                                for k, v in whole.items()})
+                    write_npz(os.path.join(args.out, 'params_step1.npz'),
+                              {k: v.detach().cpu().numpy()
+                               for k, v in whole.items()})
         if rank == 0:
             print(_('epoch {epoch}: loss {loss:.3f} (rank 0 shard), '
                     '{seconds:.1f} sec').format(

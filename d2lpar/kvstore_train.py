@@ -81,8 +81,6 @@ import sys
 import time
 import traceback
 
-import numpy as onp
-
 from d2lpar.mxnet_reach import shims as _shims  # noqa: E402
 
 _shims()  # numpy.bool, distutils: before MXNet loads
@@ -99,7 +97,8 @@ from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
     count_pushes, evaluate, evaluate_shared, first_indices, resume,
     save_checkpoint, sharded_loader, worker_shard)
 from d2lpar.scripts import (
-    shard_size, shards_of_epoch, training_arguments, training_data, write_json)
+    shard_size, shards_of_epoch, training_arguments, training_data, write_json,
+    write_npz)
 
 npx.set_np()
 
@@ -225,8 +224,8 @@ def main(argv=None):
             compute += t1 - t0
             communication += time.perf_counter() - t1
             if step == 1 and rank == 0:
-                onp.savez(os.path.join(args.out, 'params_step1.npz'),
-                          **named_params(net))
+                write_npz(os.path.join(args.out, 'params_step1.npz'),
+                          named_params(net))
         if rank == 0:
             print(_('epoch {epoch}: loss {loss:.3f} (worker 0 shard), '
                     '{seconds:.1f} sec').format(

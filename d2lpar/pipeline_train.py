@@ -7,14 +7,13 @@ import os
 import socket
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from d2lpar.ddp_practices import evaluate, make_optimizer
 from d2lpar.i18n import _, error_message
-from d2lpar.scripts import shards_of_epoch, write_json
+from d2lpar.scripts import shards_of_epoch, write_json, write_npz
 from d2lpar.training import learning_rate
 
 
@@ -107,8 +106,8 @@ def train_pipeline(args, rank, world, device, backend, data):
             if step == 1:
                 whole = gather_stages(mine)
                 if rank == 0:
-                    np.savez(os.path.join(args.out, 'params_step1.npz'),
-                             **whole)
+                    write_npz(os.path.join(args.out, 'params_step1.npz'),
+                              whole)
         if rank == world - 1:
             print(_('epoch {epoch}: loss {loss:.3f} (last stage), '
                     '{seconds:.1f} sec').format(

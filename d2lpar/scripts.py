@@ -172,3 +172,13 @@ def write_json(path, data):
     with open(tmp, 'w') as f:
         json.dump(data, f, indent=1)
     os.replace(tmp, path)
+
+
+def write_npz(path, arrays):
+    """Write `arrays` (name: NumPy array) as numpy.savez does, atomically:
+    a reader never sees half a file."""
+    import numpy as np
+    tmp = path + '.tmp'
+    with open(tmp, 'wb') as f:  # a file, not a name: savez adds no .npz
+        np.savez(f, **arrays)
+    os.replace(tmp, path)

@@ -27,6 +27,7 @@ class Timeline(_timeline.Timeline):
     `save(path)` writes the profiler's Chrome trace for Perfetto.
     """
     source = 'torch.profiler'
+    _workers = ()  # what the stand-ins' workers noted: see __exit__
 
     def __enter__(self):
         activities = [ProfilerActivity.CPU]
@@ -50,7 +51,7 @@ class Timeline(_timeline.Timeline):
             if exc_info[0] is None:  # else the block's own error says more
                 raise
         finally:
-            workers = _standins.recorder.stop()
+            workers = self._workers = _standins.recorder.stop()
             with _timeline.quiet_stderr():
                 self._prof.__exit__(*exc_info)
                 raw = list(self._prof.events())
@@ -81,5 +82,26 @@ class Timeline(_timeline.Timeline):
         return False
 
     def save(self, path):
+        """The profiler's Chrome trace, plus the work that the stand-ins'
+        workers noted (the profiler does not see their threads): a thread
+        per row ('cpu:0', 'cpu:0 copy'), each event's 'cat' its kind."""
+        import json
         self._prof.export_chrome_trace(str(path))
+        if not self._workers:
+            return path
+        with open(path) as f:
+            trace = json.load(f)
+        events = trace['traceEvents']
+        clock = next(e['ts'] for e in events
+                     if e.get('name') == 'd2lpar: clock')
+        rows = sorted({r for _, r, _, _, _ in self._workers})
+        pid = 'CPU stand-ins'
+        events += [{'name': 'thread_name', 'ph': 'M', 'pid': pid, 'tid': i,
+                    'args': {'name': row}} for i, row in enumerate(rows)]
+        events += [{'name': n, 'cat': k, 'ph': 'X', 'pid': pid,
+                    'tid': rows.index(r), 'dur': 1e6 * (b - a),
+                    'ts': clock + 1e6 * (a - self._clock)}
+                   for n, r, a, b, k in self._workers]
+        with open(path, 'w') as f:
+            json.dump(trace, f)
         return path
