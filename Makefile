@@ -21,7 +21,7 @@ PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 # It applies when the venv is built (a fresh clone, or after make clean).
 TORCH ?=
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/$(TORCH)
-# One data cache for the lessons and the tests (see README, "Data").
+# One data cache for the lessons and the tests (see docs/handbook.md, "Data").
 export D2LPAR_DATA ?= $(CURDIR)/data
 PYTEST_FLAGS ?= -n 2 --dist loadscope -p no:cacheprovider --durations=15
 NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
@@ -80,7 +80,7 @@ figures: $(STAMP)
 # A reveal.js slideshow per lesson, language and framework, for a room with
 # no network: build/slides/<lang>/<framework>/<chapter>.slides.html and
 # build/slides/index.html; reveal.js and MathJax come from pinned packages
-# and are copied into build/slides/_static/ (tools/slides.py, README).
+# and are copied into build/slides/_static/ (tools/slides.py, docs/handbook.md).
 slides: $(STAMP)
 	$(PY) tools/slides.py
 

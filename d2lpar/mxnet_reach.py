@@ -96,7 +96,8 @@ def unavailable_message(notebook=None):
         return Message(
             'MXNet is not installed here, and MXNet 1.9.1 has wheels only '
             'for Linux x86-64 with Python 3.8 to 3.12 (this is {here}): '
-            'open the PyTorch notebook of this lesson instead, {notebook}.', here=here, notebook=f'../pytorch/{name}')
+            'open the PyTorch notebook of this lesson instead, {notebook}.',
+            here=here, notebook=f'../pytorch/{name}')
     return Message(
         'MXNet is not installed here, and MXNet 1.9.1 has wheels only for '
         'Linux x86-64 with Python 3.8 to 3.12 (this is {here}): open the '

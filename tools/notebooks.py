@@ -45,6 +45,7 @@ start markdown cells, marked for slideshows (cell metadata
 RISE read them (RISE also reads the notebook's ``rise`` settings). Only the outputs of ``#@check`` cells
 are stored; nothing else that running a notebook changes.
 """
+import functools
 import json
 import pathlib
 import re
@@ -221,6 +222,7 @@ def install_cell(lang, fw, solutions=False):
             'outputs': [], 'source': '\n'.join(lines)}
 
 
+@functools.cache
 def version():
     """d2lpar's version, read from d2lpar/__init__.py (stdlib only)."""
     text = (ROOT.parent / 'd2lpar' / '__init__.py').read_text()
