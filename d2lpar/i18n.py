@@ -336,10 +336,16 @@ def translate_comments(source):
             if display_width(line) <= LINE_WIDTH:
                 lines[first] = line + '\n'
                 continue
-            # Too long after the code: on lines of its own, above it
-            indent = code[:len(code) - len(code.lstrip())]
-            block = _comment_lines(text, indent)
-            lines[first:last] = block + [code.rstrip() + '\n']
+            # Too long after the code: on lines of its own, above the
+            # statement (a comment line inside a backslash continuation
+            # would end the statement there)
+            start = first
+            while start and lines[start - 1].rstrip().endswith('\\'):
+                start -= 1
+            indent = lines[start][:len(lines[start])
+                                  - len(lines[start].lstrip())]
+            lines[first:last] = [code.rstrip() + '\n']
+            lines[start:start] = _comment_lines(text, indent)
         else:
             lines[first:last] = _comment_lines(text, code)
     return ''.join(lines)

@@ -4,12 +4,14 @@ and errors (with the English text after them), writes numbers its own way,
 and passes the language on to the processes the launcher starts."""
 import ast
 import gettext
+import importlib
 import io
 import os
 import re
 import string
 import subprocess
 import sys
+import textwrap
 import tokenize
 
 import pytest
@@ -459,6 +461,35 @@ def test_the_training_script_shows_its_comments_in_the_language(
     for line in shown.splitlines():
         if line.lstrip().startswith('#'):
             assert i18n.display_width(line) <= i18n.LINE_WIDTH, line
+
+
+@pytest.mark.parametrize('lang', LANGS)
+@pytest.mark.parametrize('script', SCRIPTS)
+def test_every_listing_of_lesson_4_parses_in_every_language(
+        script, lang, speak):
+    module = importlib.import_module(f'd2lpar.{script}')
+    shown = [getattr(module, name) for name in i18n.SHOWN
+             if hasattr(module, name)]
+    assert shown
+    speak(lang)
+    for fn in shown:
+        ast.parse(textwrap.dedent(i18n.source_code(fn)))
+
+
+def test_a_long_comment_moves_above_a_continued_statement(speak):
+    # The French comment no longer fits after the code of the continued
+    # line: it goes above the whole statement, not between its lines
+    operand = 'b' * 50
+    source = (f'def f(a, {operand}):\n'
+              f'    total = a + \\\n'
+              f'        {operand}  # cosine decay\n'
+              f'    return total\n')
+    speak('fr')
+    shown = i18n.translate_comments(source)
+    assert shown.splitlines()[1:5] == [
+        '    # décroissance en cosinus', '    total = a + \\',
+        f'        {operand}', '    return total']
+    ast.parse(shown)
 
 
 def test_source_code_is_the_source_of_a_function(speak):
