@@ -1,4 +1,12 @@
-"""Where MXNet is not installed (Python 3.13 and later, macOS on Apple
+"""Two guards for every pytest run here (make test, make test-reach, a
+bare pytest).
+
+Nothing left running: the run marks its environment, and at its end
+looks for the processes that carry the mark (training scripts, torchrun,
+notebook kernels and what they left behind, tests/leftovers.py). Each one
+found is named in the summary and killed, and the run fails.
+
+Where MXNet is not installed (Python 3.13 and later, macOS on Apple
 silicon, Windows), every pytest run here (make test, make test-reach, a
 bare pytest) runs the PyTorch track: it deselects the tests and notebooks
 that need MXNet, and says in its last lines what it did not run and why,
@@ -9,10 +17,15 @@ when one of its parameters is 'mxnet' (the `backend` fixture, the
 `framework` parameters), or when its name says mxnet.
 """
 import importlib.util
+import os
 import platform
 import sys
+import time
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'tests'))
+import leftovers  # noqa: E402
 
 MXNET_MISSING_ENV = 'D2LPAR_TEST_WITHOUT_MXNET'
 
@@ -58,6 +71,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_testnodedown(node, error):
     """pytest-xdist's controller: what each worker deselected (they all
     collect the same items)."""
+    if getattr(node, 'workeroutput', {}).get('d2lpar_pid'):
+        _workers.add(node.workeroutput['d2lpar_pid'])
     for nodeid in getattr(node, 'workeroutput', {}).get('d2lpar_no_mxnet',
                                                         ()):
         if nodeid not in _seen:
@@ -131,6 +146,14 @@ def _count_by_file(nodeids):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _left:
+        terminalreporter.section('left running', sep='=', red=True)
+        terminalreporter.write_line(
+            f'FAILED: {len(_left)} process(es) started by this run were '
+            f'still running at its end (now killed): a test or a notebook '
+            f'does not stop what it starts.')
+        for line in _left:
+            terminalreporter.write_line(f'  {line}')
     skipped = sorted({r.nodeid for r in terminalreporter.stats.get(
         'skipped', []) if SKIP_REASON in str(r.longrepr)})
     if not _deselected and not skipped:
@@ -146,3 +169,35 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f'(python {sys.version.split()[0]}; the MXNet track runs where '
         f'MXNet installs: Linux x86-64, Python 3.11 or 3.12)')
+
+
+# --------------------------------------------------------------------------
+# Nothing left running
+
+_left = []
+_workers = set()  # the pids of pytest-xdist's workers
+
+
+def pytest_configure(config):
+    if hasattr(config, 'workerinput'):  # a pytest-xdist worker
+        config.workeroutput['d2lpar_pid'] = os.getpid()
+    else:
+        leftovers.mark_this_run()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    if hasattr(session.config, 'workerinput'):
+        return
+    import psutil
+    # pytest-xdist has shut its workers down by now; give them time to go
+    deadline = time.monotonic() + 30
+    while (any(psutil.pid_exists(pid) for pid in _workers)
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
+    found = leftovers.left_running(os.environ[leftovers.MARK],
+                                   but={os.getpid(), *_workers})
+    if found:
+        _left.extend(leftovers.describe(p) for p in found)
+        leftovers.kill(found)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -18,8 +18,10 @@ exits, every marked process gets SIGTERM, then SIGKILL. The tables and
 plots of a run's processes are in d2lpar.plots, its folder and result in
 d2lpar.runs.
 """
+import atexit
 import os
 import shlex
+import shutil
 import tempfile
 
 from d2lpar.ddp_launch import launch_torch
@@ -40,7 +42,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
-    `out_dir`, by default a new temporary folder. `crash_at_step` makes
+    `out_dir`, by default a new temporary folder, removed when this
+    program (the notebook's kernel) ends. `crash_at_step` makes
     the last process fail at that step, to see how a failure ends.
     `use_gpus`: None, GPUs when each process can have one of its own,
     else the CPU; False, the CPU; True, GPUs (a ValueError when there are
@@ -82,9 +85,10 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         raise ValueError(error_message(
             'pipelined=True cuts the model into 2 stages: pass num_workers=2 '
             'and no sharded.'))
-    if out_dir is None:
+    if out_dir is None:  # removed when the kernel or program ends
         out_dir = tempfile.mkdtemp(prefix=f'd2lpar-{framework}-'
                                           f'{num_workers}-')
+        atexit.register(shutil.rmtree, out_dir, ignore_errors=True)
     args = ['--batch-size', batch_size, '--lr', lr, '--epochs', num_epochs,
             '--optimizer', optimizer]
     servers = {}

@@ -190,6 +190,14 @@ class StandIns:
                 raise j.exception()
 
 
+    def busy(self):
+        """The (device, queue) of the stand-ins with work queued or
+        running."""
+        with self._lock:
+            return sorted((key for key, pending in self._pending.items()
+                           if any(not j.done() for j in pending)), key=str)
+
+
 def _settled(job):
     """Whether `job` is done and has no error left to report."""
     return job.done() and (job.cancelled() or job.exception() is None

@@ -14,6 +14,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+import time
 
 import matplotlib
 
@@ -104,6 +105,25 @@ def fresh_data(monkeypatch):
     data.fashion_mnist_arrays.cache_clear()
     yield data
     data.fashion_mnist_arrays.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _stand_ins_idle_after_each_test():
+    """A test ends with no work running on PyTorch's stand-ins, also when
+    it fails: work still running would compete for the cores with the
+    next test. What is left is waited for (a minute at most), then the
+    test fails with the stand-ins still busy."""
+    yield
+    devices = sys.modules.get('d2lpar._torch.devices')
+    if devices is None:
+        return
+    deadline = time.monotonic() + 60
+    while devices._STAND_INS.busy() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    busy = devices._STAND_INS.busy()
+    if busy:
+        pytest.fail(f'work still running on the stand-ins {busy} a minute '
+                    f'after the test ended')
 
 
 @pytest.fixture(autouse=True)

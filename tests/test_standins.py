@@ -310,3 +310,13 @@ def test_mxnet_timeline_sees_a_result_while_cpu0_is_busy(mxnet_backend):
             gate.set()
     del hold
     assert [(e.name, e.row) for e in tl.events] == [('on cpu(1)', 'cpu(1)')]
+
+
+def test_busy_names_the_stand_ins_with_work_not_done():
+    stand_ins = standins.StandIns(lambda n: None, 1)
+    release = threading.Event()
+    job = stand_ins.submit('cpu:0', 'copy', release.wait, (), 0)
+    assert stand_ins.busy() == [('cpu:0', 'copy')]
+    release.set()
+    job.result(timeout=10)
+    assert stand_ins.busy() == []
