@@ -7,8 +7,10 @@ ddp_train imports them all.
 """
 import contextlib
 import os
+import socket
 import tempfile
 
+import psutil
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -81,6 +83,29 @@ def fresh_store(rank, world):
     stopped, and a process would try to connect to those."""
     store, _rank, _world = next(dist.rendezvous('env://', rank, world))
     return dist.PrefixStore(f'attempt{restarts()}/', store)
+
+
+def choose_gloo_interface():
+    """Unless GLOO_SOCKET_IFNAME names it, the network interface through
+    which this machine reaches MASTER_ADDR (on one machine: loopback), for
+    Gloo. Left to itself, Gloo takes the address of the machine's
+    hostname, which Debian and Ubuntu map to 127.0.1.1: the processes of
+    the other machines would then be told to connect to a loopback
+    address, and wait for ever."""
+    if os.environ.get('GLOO_SOCKET_IFNAME'):
+        return
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            # No packet is sent: connecting a UDP socket picks the route
+            s.connect((os.environ.get('MASTER_ADDR', '127.0.0.1'), 9))
+            address = s.getsockname()[0]
+    except OSError:  # no IPv4 route: Gloo's own choice
+        return
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == address
+               for a in addresses):
+            os.environ['GLOO_SOCKET_IFNAME'] = name
+            return
 
 
 def restarts():

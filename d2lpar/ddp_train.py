@@ -87,9 +87,10 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
-    AMP_HELP, CHECKPOINT, Precision, accumulate_gradients, count_correct,
-    evaluate, evaluate_shared, first_indices, fresh_store, make_optimizer,
-    restarts, resume, save_checkpoint, sharded_loader)
+    AMP_HELP, CHECKPOINT, Precision, accumulate_gradients,
+    choose_gloo_interface, count_correct, evaluate, evaluate_shared,
+    first_indices, fresh_store, make_optimizer, restarts, resume,
+    save_checkpoint, sharded_loader)
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
@@ -239,6 +240,7 @@ def main(argv=None):
     else:
         device = torch.device('cpu')
     backend = 'nccl' if cuda else 'gloo'
+    choose_gloo_interface()
     dist.init_process_group(backend, store=fresh_store(rank, world),
                             rank=rank, world_size=world)
 

@@ -132,10 +132,14 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
     script = shlex.join(['--out', str(out_dir), *map(str, script_args)])
     lines = []
     if framework == 'torch':
-        for host in hosts:  # the same command everywhere
+        for i, host in enumerate(hosts):
+            # Said, not guessed from the machine's hostname (which Debian
+            # and Ubuntu map to 127.0.1.1): the first machine serves the
+            # rendezvous, and each machine tells the others its address
             lines.append(
                 f'[{host}]$ torchrun --nnodes {n} --nproc-per-node {g} '
                 f'--rdzv-backend c10d --rdzv-endpoint {first}:{port} '
+                f'--rdzv-conf is_host={int(i == 0)} --local-addr {host} '
                 f'-m d2lpar.ddp_train {script}')
     elif framework == 'mxnet':
         env = (f'DMLC_PS_ROOT_URI={first} DMLC_PS_ROOT_PORT={port} '

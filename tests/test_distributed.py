@@ -437,6 +437,9 @@ def test_commands_for_several_machines():
         assert line.startswith(f'[{host}]$ torchrun --nnodes 2 '
                                f'--nproc-per-node 4 ')
         assert '--rdzv-endpoint a:1234' in line
+        # Said, not guessed from the hostname (tests/test_two_hosts.py)
+        assert f'--rdzv-conf is_host={int(host == "a")} ' in line
+        assert f'--local-addr {host} ' in line
         assert line.endswith('-m d2lpar.ddp_train --out OUT')
     mx_lines = distributed.command_for_machines(
         'mxnet', ['a', 'b'], workers_per_host=2, port=1234).splitlines()
