@@ -7,7 +7,9 @@ ddp_train imports them all.
 """
 import contextlib
 import os
+import re
 import socket
+import sys
 import tempfile
 
 import psutil
@@ -82,30 +84,106 @@ def fresh_store(rank, world):
     the store may still hold the addresses of the processes that were
     stopped, and a process would try to connect to those."""
     store, _rank, _world = next(dist.rendezvous('env://', rank, world))
-    return dist.PrefixStore(f'attempt{restarts()}/', store)
+    store = dist.PrefixStore(f'attempt{restarts()}/', store)
+    share_addresses(store, rank, world)
+    return store
 
 
-def choose_gloo_interface():
-    """Unless GLOO_SOCKET_IFNAME names it, the network interface through
-    which this machine reaches MASTER_ADDR (on one machine: loopback), for
-    Gloo. Left to itself, Gloo takes the address of the machine's
-    hostname, which Debian and Ubuntu map to 127.0.1.1: the processes of
-    the other machines would then be told to connect to a loopback
-    address, and wait for ever."""
-    if os.environ.get('GLOO_SOCKET_IFNAME'):
-        return
+def own_address():
+    """This machine's IPv4 address on the route to MASTER_ADDR (on one
+    machine: loopback), or None where there is no such route."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             # No packet is sent: connecting a UDP socket picks the route
             s.connect((os.environ.get('MASTER_ADDR', '127.0.0.1'), 9))
-            address = s.getsockname()[0]
-    except OSError:  # no IPv4 route: Gloo's own choice
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
+def choose_gloo_interface():
+    """Unless GLOO_SOCKET_IFNAME names it, the network interface through
+    which this machine reaches MASTER_ADDR, for Gloo. Left to itself, Gloo
+    takes the address of the machine's hostname, which Debian and Ubuntu
+    map to 127.0.1.1: the processes of the other machines would then be
+    told to connect to a loopback address, and wait for ever."""
+    address = own_address()
+    if os.environ.get('GLOO_SOCKET_IFNAME') or address is None:
         return
     for name, addresses in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == address
                for a in addresses):
             os.environ['GLOO_SOCKET_IFNAME'] = name
             return
+
+
+# --------------------------------------------------------------------------
+# Several machines: which one a failure lost
+# --------------------------------------------------------------------------
+_machines = []  # the address of each rank's machine, rank by rank
+
+
+def share_addresses(store, rank, world):
+    """Write this machine's address in the rendezvous's `store`, and
+    read every rank's (for `say_lost_machines`)."""
+    store.set(f'address{rank}', own_address() or '?')
+    _machines[:] = [store.get(f'address{r}').decode() for r in range(world)]
+
+
+def answers(address, timeout=3.0):
+    """Whether the machine at `address` answers on the network (a refused
+    connection is an answer)."""
+    try:
+        socket.create_connection((address, 9), timeout).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # timed out, unreachable
+        return False
+    return True
+
+
+def lost_machines(error):
+    """The other machines that the failed collective `error` lost: the
+    one whose address Gloo names ('Connection reset by peer'), else those
+    that no longer answer (a cut link: Gloo only says it timed out)."""
+    mine = own_address()
+    others = [a for a in dict.fromkeys(_machines) if a != mine]
+    named = [a for a in re.findall(r'\[([0-9A-Fa-f.:]+)\]:\d+', str(error))
+             if a in others]
+    return list(dict.fromkeys(named)) or [a for a in others
+                                          if not answers(a)]
+
+
+def say_lost_machines(error):
+    """Print which machines and ranks the failure `error` of this process
+    lost, when the run spans several machines. When the lost machine
+    serves the rendezvous, this machine's torchrun can no longer reach it
+    either, and would wait on it for many minutes: it is stopped."""
+    rank = int(os.environ.get('RANK', 0))
+    lost = lost_machines(error)
+    for address in lost:
+        ranks = ', '.join(str(r) for r, a in enumerate(_machines)
+                          if a == address)
+        sys.stdout.write(_(
+            'd2lpar: rank {rank} lost the machine {host} (ranks {ranks}): '
+            'its processes ended or the network to it is cut.').format(
+                rank=rank, host=address, ranks=ranks) + '\n')
+    sys.stdout.flush()
+    agent = psutil.Process().parent()  # torchrun, when it started us
+    command = agent.cmdline() if agent is not None else []
+    if '--rdzv-endpoint' in command[:-1]:
+        host = command[command.index('--rdzv-endpoint') + 1].rsplit(':', 1)[0]
+        try:
+            address = socket.gethostbyname(host)
+        except OSError:
+            address = host
+        if address in lost:
+            sys.stdout.write(_(
+                'd2lpar: torchrun on this machine cannot reach the '
+                'rendezvous on {host} either: stopping it.').format(
+                    host=host) + '\n')
+            sys.stdout.flush()
+            agent.kill()
 
 
 def restarts():

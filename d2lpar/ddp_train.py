@@ -77,6 +77,7 @@ import os
 import socket
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -90,7 +91,7 @@ from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
     AMP_HELP, CHECKPOINT, Precision, accumulate_gradients,
     choose_gloo_interface, count_correct, evaluate, evaluate_shared,
     first_indices, fresh_store, make_optimizer, restarts, resume,
-    save_checkpoint, sharded_loader)
+    save_checkpoint, say_lost_machines, sharded_loader)
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.pipeline_train import train_pipeline
@@ -211,6 +212,8 @@ def parse_args(argv=None):
         '(GPipe)'))
     p.add_argument('--microbatches', type=int, default=4, help=_(
         'micro-batches per step of the pipeline'))
+    p.add_argument('--comm-timeout', type=float, default=120, help=_(
+        'seconds a collective may wait before it fails (a machine lost)'))
     p.add_argument('--fsdp', action='store_true', help=_(
         'shard parameters, gradients and optimizer state with FSDP '
         '(fully_shard) instead of DDP'))
@@ -242,7 +245,8 @@ def main(argv=None):
     backend = 'nccl' if cuda else 'gloo'
     choose_gloo_interface()
     dist.init_process_group(backend, store=fresh_store(rank, world),
-                            rank=rank, world_size=world)
+                            rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args.comm_timeout))
 
     X_train, y_train, X_test, y_test, source = training_data(args, B)
     if args.pipeline:
@@ -372,7 +376,11 @@ class Sharded(nn.Module):
 
 
 if __name__ == '__main__':
-    main()
+    try:
+        main()
+    except Exception as e:  # say which machine was lost, if one was
+        say_lost_machines(e)
+        raise
     # The results are written and the process group is gone: leave now.
     # At the interpreter's normal exit, a C++ thread of PyTorch's
     # collectives sometimes ends it with "terminate called without an

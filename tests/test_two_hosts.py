@@ -4,7 +4,9 @@ addresses of their own (tests/netns.py): exactly the lines that
 training as the same job on one host."""
 import importlib
 import os
+import re
 import shutil
+import signal
 import sys
 import time
 
@@ -35,28 +37,34 @@ def two_hosts():
         yield hosts
 
 
-def host_scripts(framework, hosts):
+def host_scripts(framework, hosts, args=ARGS):
     """The lines that distributed_commands prints for each host, as one
-    bash script per host, run as printed."""
+    bash script per host, run as printed; the script fails when one of
+    them does."""
     d2l = importlib.import_module(f'd2lpar.{framework}')
     printed = d2l.distributed_commands(list(hosts.addresses), 2,
-                                       script_args=ARGS)
+                                       script_args=args)
     scripts = []
     for address in hosts.addresses:
         head = f'[{address}]$ '
         lines = [line[len(head):] for line in printed.splitlines()
                  if line.startswith(head)]
         assert lines, printed
-        scripts.append('\n'.join(lines + ['wait']) + '\n')
+        scripts.append('rc=0\n' + ''.join(
+            line + '\n' if line.endswith('&') else f'{line} || rc=$?\n'
+            for line in lines)
+            + 'for job in $(jobs -p); do wait $job || rc=$?; done\n'
+              'exit $rc\n')
     return printed, scripts
 
 
-def run_on_two_hosts(framework, hosts, tmp_path):
-    """Run the printed commands; (result, listening sockets per host)."""
-    printed, scripts = host_scripts(framework, hosts)
+def start_on_two_hosts(framework, hosts, tmp_path, args=ARGS, **env):
+    """Start the printed commands, each host in a folder of its own;
+    (the printed lines, [Popen per host], [folder per host])."""
+    printed, scripts = host_scripts(framework, hosts, args)
     # `torchrun` and `python` as printed: those of this venv
     env = python_env({'PATH': os.path.dirname(sys.executable) + os.pathsep
-                      + os.environ.get('PATH', '')})
+                      + os.environ.get('PATH', ''), **env})
     procs, folders = [], []
     for i, script in enumerate(scripts):
         folder = tmp_path / f'host{i}'
@@ -64,6 +72,12 @@ def run_on_two_hosts(framework, hosts, tmp_path):
         folders.append(folder)
         procs.append(hosts.start(i, script, folder, env,
                                  tmp_path / f'host{i}.log'))
+    return printed, procs, folders
+
+
+def run_on_two_hosts(framework, hosts, tmp_path):
+    """Run the printed commands; (result, listening sockets per host)."""
+    printed, procs, folders = start_on_two_hosts(framework, hosts, tmp_path)
     sockets = [set(), set()]
     deadline = time.monotonic() + TIMEOUT
     while any(p.poll() is None for p in procs):
@@ -133,3 +147,66 @@ def test_the_printed_commands_train_across_two_hosts(framework, two_hosts,
         # do otherwise; every other socket is on the host's address
         assert {s[2] for s in wide} <= (
             {'pt_elastic'} if framework == 'torch' else set()), wide
+
+
+# A longer job, so that a fault comes in the middle of an epoch; a
+# collective that waits 20 s fails (ddp_train's --comm-timeout)
+LONG_ARGS = ['--cpu', '--num-train', 12000, '--num-test', 512,
+             '--batch-size', 64, '--epochs', 3, '--comm-timeout', 20]
+# Each process ends within the collective's timeout, 3 s to see which
+# machine no longer answers, and time to stop
+ENDS_WITHIN = 60
+LOST = {'en': r'rank (\d) lost the machine {host} \(ranks (\d), (\d)\)',
+        'fr': r'le rang (\d) a perdu la machine {host} \(rangs (\d), (\d)\)'}
+
+
+@pytest.mark.parametrize('fault,language', [('host', 'en'), ('link', 'fr')])
+def test_a_lost_host_or_link_ends_every_process_and_names_it(
+        fault, language, two_hosts, tmp_path):
+    """In the middle of the first epoch, kill every process of the second
+    host, or cut the link between the hosts. Every process on both
+    hosts ends within ENDS_WITHIN seconds, and the processes that see the
+    loss name the machine and its ranks, in the student's language."""
+    printed, procs, _ = start_on_two_hosts(
+        'torch', two_hosts, tmp_path, LONG_ARGS, D2LPAR_LANG=language)
+    logs_ = [tmp_path / f'host{i}.log' for i in range(2)]
+    deadline = time.monotonic() + TIMEOUT
+    # Each process says what data it loaded (12000 training images) in
+    # the student's language, before its first step
+    while not all(log.read_text().count('12000') >= 2 for log in logs_):
+        assert time.monotonic() < deadline, logs(tmp_path)
+        assert all(p.poll() is None for p in procs), logs(tmp_path)
+        time.sleep(0.2)
+    time.sleep(3)  # training, a few hundred steps into the epoch
+    assert all(p.poll() is None for p in procs), logs(tmp_path)
+    start = time.monotonic()
+    if fault == 'host':
+        for pid in two_hosts.pids(1):
+            os.kill(pid, signal.SIGKILL)
+    else:
+        two_hosts.set_link(False)
+    while (two_hosts.pids(0) or two_hosts.pids(1)) and (
+            time.monotonic() - start < ENDS_WITHIN):
+        time.sleep(0.2)
+    took = time.monotonic() - start
+    assert took < ENDS_WITHIN, (
+        f'still running {ENDS_WITHIN} s after the {fault} was lost: '
+        f'{two_hosts.pids(0)} {two_hosts.pids(1)}\n' + logs(tmp_path))
+    assert procs[0].wait(10) != 0  # the first host's run failed, and said
+    print(f'\n{fault} lost: every process ended in {took:.1f} s')
+    # Who saw the loss says which machine and which ranks it lost; the
+    # ranks it names are those of the other machine
+    seen = {}
+    for i, (mine, other) in enumerate([(0, 1), (1, 0)]):
+        pattern = LOST[language].format(
+            host=re.escape(two_hosts.addresses[other]))
+        for rank, *lost in re.findall(pattern, logs_[i].read_text()):
+            seen.setdefault(other, set()).update(lost)
+            assert rank not in lost
+    expected = [1] if fault == 'host' else [0, 1]  # a killed host says nothing
+    assert sorted(seen) == expected, logs(tmp_path)
+    named = [ranks for ranks in seen.values()]
+    assert set().union(*named) <= {'0', '1', '2', '3'}
+    if fault == 'link':  # each side names the other's two ranks
+        assert named[0] | named[1] == {'0', '1', '2', '3'}
+        assert not named[0] & named[1]
