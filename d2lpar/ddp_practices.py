@@ -169,10 +169,14 @@ def say_lost_machines(error):
             'its processes ended or the network to it is cut.').format(
                 rank=rank, host=address, ranks=ranks) + '\n')
     sys.stdout.flush()
-    agent = psutil.Process().parent()  # torchrun, when it started us
-    command = agent.cmdline() if agent is not None else []
+    try:
+        agent = psutil.Process().parent()  # torchrun, when it started us
+        command = agent.cmdline() if agent is not None else []
+    except psutil.Error:
+        return
     if '--rdzv-endpoint' in command[:-1]:
-        host = command[command.index('--rdzv-endpoint') + 1].rsplit(':', 1)[0]
+        endpoint = command[command.index('--rdzv-endpoint') + 1]
+        host = endpoint.rsplit(':', 1)[0]
         try:
             address = socket.gethostbyname(host)
         except OSError:

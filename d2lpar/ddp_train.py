@@ -73,6 +73,7 @@ and one allreduce adds up the counts (``evaluate_shared``); rank 0 also
 evaluates alone, for comparison. ``sharded_loader`` shows the standard
 way to shard data (``DistributedSampler``, ``set_epoch``).
 """
+import contextlib
 import os
 import socket
 import sys
@@ -379,7 +380,8 @@ if __name__ == '__main__':
     try:
         main()
     except Exception as e:  # say which machine was lost, if one was
-        say_lost_machines(e)
+        with contextlib.suppress(Exception):  # never hide the error itself
+            say_lost_machines(e)
         raise
     # The results are written and the process group is gone: leave now.
     # At the interpreter's normal exit, a C++ thread of PyTorch's

@@ -189,7 +189,6 @@ class StandIns:
                 j.reported = True
                 raise j.exception()
 
-
     def busy(self):
         """The (device, queue) of the stand-ins with work queued or
         running."""
