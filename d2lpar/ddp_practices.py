@@ -157,8 +157,10 @@ def lost_machines(error):
 def say_lost_machines(error):
     """Print which machines and ranks the failure `error` of this process
     lost, when the run spans several machines. When the lost machine
-    serves the rendezvous, this machine's torchrun can no longer reach it
-    either, and would wait on it for many minutes: it is stopped."""
+    serves the rendezvous and torchrun has no restart left, this
+    machine's torchrun can no longer reach it either, and would wait on
+    it for many minutes: it is stopped. (With restarts left, torchrun
+    waits for the rendezvous to come back, to start the processes again.)"""
     rank = int(os.environ.get('RANK', 0))
     lost = lost_machines(error)
     for address in lost:
@@ -174,7 +176,9 @@ def say_lost_machines(error):
         command = agent.cmdline() if agent is not None else []
     except psutil.Error:
         return
-    if '--rdzv-endpoint' in command[:-1]:
+    restarts_left = (int(os.environ.get('TORCHELASTIC_MAX_RESTARTS', 0))
+                     - restarts())
+    if '--rdzv-endpoint' in command[:-1] and restarts_left <= 0:
         endpoint = command[command.index('--rdzv-endpoint') + 1]
         host = endpoint.rsplit(':', 1)[0]
         try:
