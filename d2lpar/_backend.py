@@ -281,13 +281,14 @@ def train_distributed(d2l, num_workers, *, batch_size=256, lr=0.2,
 
 
 def distributed_commands(d2l, hosts, workers_per_host=1, *, port=29500,
-                         out_dir='OUT', script_args=()):
+                         out_dir='OUT', script_args=(), max_restarts=0):
     """The command lines that run the same training on the machines
     `hosts` (the first one coordinates), one line per command;
-    `script_args`: options of the training script (``--epochs 1``)."""
+    `script_args`: options of the training script (``--epochs 1``);
+    `max_restarts`: PyTorch's restarts after a failure."""
     return _distributed.command_for_machines(d2l._FRAMEWORK, hosts,
                                              workers_per_host, port, out_dir,
-                                             script_args)
+                                             script_args, max_restarts)
 
 
 # --------------------------------------------------------------------------

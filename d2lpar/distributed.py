@@ -121,10 +121,13 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
 
 
 def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
-                         out_dir='OUT', script_args=()):
+                         out_dir='OUT', script_args=(), max_restarts=0):
     """The command lines that train on the machines `hosts` (names or
     addresses; the first one coordinates), `workers_per_host` processes
-    on each, as one string: a line per command, ``[host]$ command``."""
+    on each, as one string: a line per command, ``[host]$ command``.
+    `max_restarts` (PyTorch): how many times torchrun starts the processes
+    again after a failure (with ``--checkpoint`` on a folder that every
+    machine shares, they go on from the last epoch)."""
     if isinstance(hosts, str) or not hosts:
         raise ValueError(error_message(
             'hosts is a list of machine names, got {hosts!r}.', hosts=hosts))
@@ -136,12 +139,19 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
             # Said, not guessed from the machine's hostname (which Debian
             # and Ubuntu map to 127.0.1.1): the first machine serves the
             # rendezvous, and each machine tells the others its address
+            restarts = f'--max-restarts {max_restarts} ' * bool(max_restarts)
             lines.append(
                 f'[{host}]$ torchrun --nnodes {n} --nproc-per-node {g} '
+                f'{restarts}'
                 f'--rdzv-backend c10d --rdzv-endpoint {first}:{port} '
                 f'--rdzv-conf is_host={int(i == 0)} --local-addr {host} '
                 f'-m d2lpar.ddp_train {script}')
     elif framework == 'mxnet':
+        if max_restarts:
+            raise ValueError(error_message(
+                'MXNet restarts a whole job, not its processes: pass no '
+                'max_restarts, and start the commands again after a '
+                'failure (with --checkpoint, they go on from it).'))
         env = (f'DMLC_PS_ROOT_URI={first} DMLC_PS_ROOT_PORT={port} '
                f'DMLC_NUM_SERVER={n} DMLC_NUM_WORKER={n * g}')
         run = f'python -m d2lpar.kvstore_train {script}'

@@ -37,13 +37,14 @@ def two_hosts():
         yield hosts
 
 
-def host_scripts(framework, hosts, args=ARGS):
+def host_scripts(framework, hosts, args=ARGS, max_restarts=0, per_host=2):
     """The lines that distributed_commands prints for each host, as one
     bash script per host, run as printed; the script fails when one of
     them does."""
     d2l = importlib.import_module(f'd2lpar.{framework}')
-    printed = d2l.distributed_commands(list(hosts.addresses), 2,
-                                       script_args=args)
+    printed = d2l.distributed_commands(list(hosts.addresses), per_host,
+                                       script_args=args,
+                                       max_restarts=max_restarts)
     scripts = []
     for address in hosts.addresses:
         head = f'[{address}]$ '
@@ -58,10 +59,12 @@ def host_scripts(framework, hosts, args=ARGS):
     return printed, scripts
 
 
-def start_on_two_hosts(framework, hosts, tmp_path, args=ARGS, **env):
+def start_on_two_hosts(framework, hosts, tmp_path, args=ARGS,
+                       max_restarts=0, per_host=2, **env):
     """Start the printed commands, each host in a folder of its own;
     (the printed lines, [Popen per host], [folder per host])."""
-    printed, scripts = host_scripts(framework, hosts, args)
+    printed, scripts = host_scripts(framework, hosts, args, max_restarts,
+                                    per_host)
     # `torchrun` and `python` as printed: those of this venv
     env = python_env({'PATH': os.path.dirname(sys.executable) + os.pathsep
                       + os.environ.get('PATH', ''), **env})
@@ -210,3 +213,73 @@ def test_a_lost_host_or_link_ends_every_process_and_names_it(
     if fault == 'link':  # each side names the other's two ranks
         assert named[0] | named[1] == {'0', '1', '2', '3'}
         assert not named[0] & named[1]
+
+
+def test_after_a_cut_link_comes_back_the_run_resumes_bit_for_bit(
+        two_hosts, tmp_path):
+    """Checkpoints in a folder both hosts share (as an NFS folder is on
+    a cluster) and one restart: cut the link after the first epoch's
+    checkpoint, bring it back once both hosts have seen the loss. The
+    run goes on from the checkpoint and ends with the parameters of the
+    same run that nothing interrupted, bit for bit. One process per
+    host: a sum of two gradients is the same in any order, while with
+    four the first step after a restart adds them in another order (DDP
+    lays out its bucket anew), 3e-8 apart, on one host as well."""
+    def args(name):
+        return ['--cpu', '--num-train', 6000, '--num-test', 512,
+                '--batch-size', 64, '--epochs', 2, '--comm-timeout', 15,
+                '--checkpoint', tmp_path / name]
+
+    results = {}
+    for name in ('whole', 'cut'):
+        folder = tmp_path / name
+        folder.mkdir()
+        printed, procs, folders = start_on_two_hosts(
+            'torch', two_hosts, folder, args(f'{name}-checkpoint'),
+            max_restarts=1, per_host=1)
+        assert printed.count('--max-restarts 1 ') == 2
+        if name == 'cut':
+            cut_and_restore_the_link(two_hosts, folder, procs)
+        for p in procs:
+            p.wait(TIMEOUT)
+        assert [p.returncode for p in procs] == [0, 0], logs(folder)
+        merged = folder / 'both'
+        merged.mkdir()
+        for host_folder in folders:
+            for path in (host_folder / 'OUT').iterdir():
+                shutil.copy(path, merged / path.name)
+        results[name] = runs.collect('torch', str(merged), 'rank', 2)
+    whole, cut = results['whole'], results['cut']
+    assert whole.summary['restarts'] == 0
+    assert cut.summary['restarts'] == 1
+    assert cut.summary['resumed_after_epoch'] == 1
+    a = _checkpoint_params(tmp_path / 'whole-checkpoint')
+    b = _checkpoint_params(tmp_path / 'cut-checkpoint')
+    assert sorted(a) == sorted(b)
+    for name in a:  # nothing lost, nothing done twice
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert cut.test_acc == whole.test_acc
+
+
+def cut_and_restore_the_link(hosts, folder, procs):
+    """Once the first epoch's checkpoint is written, cut the link; bring
+    it back once the processes of both hosts have seen the loss."""
+    checkpoint = folder.parent / 'cut-checkpoint' / 'checkpoint.pt'
+    deadline = time.monotonic() + TIMEOUT
+    while not checkpoint.exists():
+        assert time.monotonic() < deadline, logs(folder)
+        assert all(p.poll() is None for p in procs), logs(folder)
+        time.sleep(0.2)
+    time.sleep(1)
+    hosts.set_link(False)
+    logs_ = [folder / f'host{i}.log' for i in range(2)]
+    while not all('lost the machine' in log.read_text() for log in logs_):
+        assert time.monotonic() < deadline, logs(folder)
+        time.sleep(0.2)
+    hosts.set_link(True)
+
+
+def _checkpoint_params(folder):
+    import torch
+    state = torch.load(folder / 'checkpoint.pt', weights_only=True)
+    return {k: v.numpy() for k, v in state['model'].items()}
