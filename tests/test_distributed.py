@@ -451,6 +451,13 @@ def test_commands_for_several_machines():
     for line in mx_lines:
         assert ('DMLC_PS_ROOT_URI=a DMLC_PS_ROOT_PORT=1234 DMLC_NUM_SERVER=2 '
                 'DMLC_NUM_WORKER=4') in line
+    # Restarts: torchrun's option; MXNet restarts whole jobs, and says so
+    for line in distributed.command_for_machines(
+            'torch', ['a', 'b'], max_restarts=2).splitlines():
+        assert ' --max-restarts 2 --rdzv-backend c10d ' in line
+    with pytest.raises(ValueError, match='MXNet restarts a whole job'):
+        distributed.command_for_machines('mxnet', ['a', 'b'],
+                                         max_restarts=1)
 
 
 @pytest.mark.parametrize('launch', [distributed.launch_torch,
