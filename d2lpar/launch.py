@@ -59,9 +59,10 @@ def check_port(port, host=HOST):
 # --------------------------------------------------------------------------
 # Stopping processes
 # --------------------------------------------------------------------------
-def _marked(mark):
-    """Pids of the live processes whose environment carries `mark`."""
-    needle = f'{_MARK}={mark}'
+def _marked(mark, variable=_MARK):
+    """Pids of the live processes whose environment variable `variable`
+    is `mark`."""
+    needle = f'{variable}={mark}'
     try:
         import psutil
     except ImportError:  # Linux without psutil: read /proc directly
@@ -79,7 +80,7 @@ def _marked(mark):
     pids = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get(_MARK) == mark:
+            if p.environ().get(variable) == mark:
                 pids.append(p.pid)
         except (psutil.Error, OSError):
             pass

@@ -8,6 +8,8 @@ import uuid
 
 import psutil
 
+from d2lpar import launch
+
 MARK = 'D2LPAR_TEST_RUN'
 
 
@@ -20,17 +22,16 @@ def mark_this_run():
 
 
 def left_running(mark, but=()):
-    """The processes that carry `mark`, save those whose pid is in `but`
-    and those that have ended (zombies included)."""
+    """The live processes that carry `mark`, save those whose pid is in
+    `but` (found as d2lpar's launcher finds the processes of a run)."""
     found = []
-    for p in psutil.process_iter(['status']):
-        if p.pid in but or p.info['status'] == psutil.STATUS_ZOMBIE:
-            continue
+    for pid in launch._marked(mark, MARK):
         try:
-            if p.environ().get(MARK) == mark:
-                found.append(p)
-        except psutil.Error:  # ended meanwhile, or not ours to read
-            continue
+            process = psutil.Process(pid)
+            if pid not in but and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except psutil.Error:  # ended meanwhile
+            pass
     return found
 
 
