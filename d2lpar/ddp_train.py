@@ -213,8 +213,6 @@ def parse_args(argv=None):
         '(GPipe)'))
     p.add_argument('--microbatches', type=int, default=4, help=_(
         'micro-batches per step of the pipeline'))
-    p.add_argument('--comm-timeout', type=float, default=120, help=_(
-        'seconds a collective may wait before it fails (a machine lost)'))
     p.add_argument('--fsdp', action='store_true', help=_(
         'shard parameters, gradients and optimizer state with FSDP '
         '(fully_shard) instead of DDP'))

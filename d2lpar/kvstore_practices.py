@@ -1,14 +1,21 @@
 """What lesson 4's MXNet script (d2lpar.kvstore_train) does beyond its
 training loop: checkpoints (``--checkpoint``), mixed precision
 (``--amp``), each worker's shard, accumulating gradients
-(``--accumulate``) and evaluating in every worker. Lesson 4 shows some of
+(``--accumulate``), evaluating in every worker, and saying which machine
+was lost (``--comm-timeout``). Lesson 4 shows some of
 them (``kvstore_train.save_checkpoint``, ...): kvstore_train imports them
 all.
 """
 import json
 import os
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as onp
+import psutil
 
 from d2lpar.mxnet_reach import shims as _shims  # noqa: E402
 
@@ -184,3 +191,130 @@ def evaluate_shared(net, X, y, ctx, kv, batch_size=1024):
     kv.pull(EVAL_KEY, out=total)  # once every worker has pushed
     correct, size = total.asnumpy().tolist()
     return int(correct), int(size)
+
+
+# --------------------------------------------------------------------------
+# Several machines: which one a failure lost (--comm-timeout)
+# --------------------------------------------------------------------------
+ADDRESS_KEY = 998  # another key that no parameter uses
+
+
+def own_address():
+    """This machine's IPv4 address on the route to the scheduler
+    (DMLC_PS_ROOT_URI; on one machine: loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        # No packet is sent: connecting a UDP socket picks the route
+        s.connect((os.environ.get('DMLC_PS_ROOT_URI', '127.0.0.1'), 9))
+        return s.getsockname()[0]
+
+
+def roll_call(kv):
+    """Every worker's (address, port), rank by rank. Each worker listens
+    on a port of its own address, which only tells whether the worker is
+    still there (the kernel answers; nothing is read), and fills its row
+    of a table; the servers add up the tables that the workers push (no
+    optimizer is set yet: a server keeps the sum of the pushes), and every
+    worker pulls the whole table. Returns the rows and the listening
+    socket, which must stay open."""
+    address = own_address()
+    listener = socket.create_server((address, 0))
+    table = onp.zeros((kv.num_workers, 5), dtype='float32')
+    table[kv.rank] = [*map(int, address.split('.')),
+                      listener.getsockname()[1]]
+    kv.init(ADDRESS_KEY, np.zeros(table.shape, ctx=mx.cpu()))
+    kv.push(ADDRESS_KEY, np.array(table, ctx=mx.cpu()))
+    total = np.zeros(table.shape, ctx=mx.cpu())
+    kv.pull(ADDRESS_KEY, out=total)
+    rows = total.asnumpy().astype(int).tolist()
+    return [('.'.join(map(str, row[:4])), row[4]) for row in rows], listener
+
+
+def answers(address, port, timeout=3.0):
+    """Whether the worker listening on (`address`, `port`) is still there:
+    False when its process ended (the connection is refused) or when its
+    machine no longer answers (the network to it is cut)."""
+    try:
+        socket.create_connection((address, port), timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+class Watchdog:
+    """End this worker when what it waits for inside ``with watchdog:``
+    takes more than `timeout` seconds. ps-lite, under MXNet's parameter
+    server, has no timeout: a worker whose peers are gone waits for their
+    gradients for ever. Before it ends, the worker says which machines
+    no longer answer and which ranks they ran (from `roll_call`), and
+    stops the scheduler and server of its own machine, which would wait
+    for ever too."""
+
+    def __init__(self, timeout, rank, workers, listener):
+        self.timeout, self.rank, self.workers = timeout, rank, workers
+        self.listener = listener  # open while this worker runs
+        self.mine = listener.getsockname()[0]  # this machine's address
+        self.deadline = None
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def __enter__(self):
+        self.deadline = time.monotonic() + self.timeout
+
+    def __exit__(self, *exc):
+        self.deadline = None
+
+    def _watch(self):
+        while self.deadline is None or time.monotonic() < self.deadline:
+            time.sleep(0.2)
+        try:
+            self._say_lost()
+            stop_local_servers()
+        finally:
+            os._exit(1)
+
+    def _say_lost(self):
+        sys.stdout.write(_(
+            'd2lpar: worker {rank} waited {seconds:.0f} s for the others '
+            '(--comm-timeout): stopping.').format(
+                rank=self.rank, seconds=self.timeout) + '\n')
+        with ThreadPoolExecutor(len(self.workers)) as pool:
+            alive = list(pool.map(lambda w: answers(*w), self.workers))
+        lost = dict.fromkeys(address for (address, _port), ok
+                             in zip(self.workers, alive)
+                             if not ok and address != self.mine)
+        for address in lost:
+            ranks = ', '.join(str(r) for r, (a, _port)
+                              in enumerate(self.workers) if a == address)
+            sys.stdout.write(_(
+                'd2lpar: rank {rank} lost the machine {host} (ranks '
+                '{ranks}): its processes ended or the network to it is '
+                'cut.').format(rank=self.rank, host=address, ranks=ranks)
+                + '\n')
+        sys.stdout.flush()
+
+
+def stop_local_servers():
+    """Kill the scheduler and servers of this job (the same
+    DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT) that run on this machine."""
+    job = [os.environ.get(k) for k in ('DMLC_PS_ROOT_URI',
+                                       'DMLC_PS_ROOT_PORT')]
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if (env.get('DMLC_ROLE') in ('scheduler', 'server')
+                    and [env.get('DMLC_PS_ROOT_URI'),
+                         env.get('DMLC_PS_ROOT_PORT')] == job
+                    and same_network(proc.pid)):
+                proc.kill()
+        except psutil.Error:  # gone, or not ours
+            pass
+
+
+def same_network(pid):
+    """Whether process `pid` sees the network that this one sees: on one
+    machine, always, except where network namespaces (Linux) give
+    processes machines of their own, as the tests do."""
+    try:
+        return (os.stat(f'/proc/{pid}/ns/net').st_ino
+                == os.stat('/proc/self/ns/net').st_ino)
+    except OSError:  # no /proc: not Linux
+        return True

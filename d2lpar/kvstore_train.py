@@ -60,6 +60,12 @@ on the server, and ``trainer.save_states`` refuses to save its state in
 distributed training; our SGD has none besides the count of updates,
 which the learning-rate schedule reads, so the checkpoint keeps that
 count and the new optimizer starts from it (``begin_num_update``).
+On several machines nothing in ps-lite notices a machine that is gone:
+the others would wait for its gradients for ever. So each worker tells
+the others where it runs (``roll_call``), and a ``Watchdog`` ends it
+when a step waits more than ``--comm-timeout`` seconds (120): it says
+which machines no longer answer and which ranks they ran, and stops the
+scheduler and server of its own machine.
 ``--fail-at-step N`` makes the last worker kill itself with SIGKILL at
 step N, the first time only. ``--amp`` asks MXNet's automatic mixed
 precision (``mx.contrib.amp``) for bfloat16, and stops with an error
@@ -75,6 +81,7 @@ counts (``evaluate_shared``); worker 0 also evaluates alone, for
 comparison. ``worker_shard`` and ``sharded_loader`` shard data per
 worker, in a new order every epoch.
 """
+import contextlib
 import os
 import socket
 import sys
@@ -93,9 +100,9 @@ from d2lpar import kvstore_state
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
-    AMP_HELP, CHECKPOINT, accumulate_gradients, check_amp, count_correct,
-    count_pushes, evaluate, evaluate_shared, first_indices, resume,
-    save_checkpoint, sharded_loader, worker_shard)
+    AMP_HELP, CHECKPOINT, Watchdog, accumulate_gradients, check_amp,
+    count_correct, count_pushes, evaluate, evaluate_shared, first_indices,
+    resume, roll_call, save_checkpoint, sharded_loader, worker_shard)
 from d2lpar.scripts import (
     shard_size, shards_of_epoch, training_arguments, training_data, write_json,
     write_npz)
@@ -161,6 +168,12 @@ def main(argv=None):
     # The launcher reads this line, so it stays in English
     print(f'd2lpar: worker rank {rank} of {world}, pid {os.getpid()}',
           flush=True)
+    if args.kvstore.startswith('dist'):
+        # Who runs where, for the watchdog to say which machine it lost
+        workers, listener = roll_call(kv)
+        watchdog = Watchdog(args.comm_timeout, rank, workers, listener)
+    else:
+        watchdog = contextlib.nullcontext()
     B = args.batch_size
     b = shard_size(args, world)  # this worker's shard of every global batch
     local_rank = int(os.environ.get('D2LPAR_LOCAL_RANK', rank))
@@ -202,7 +215,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
 
     if args.kvstore.startswith('dist'):
-        kv._barrier()  # start the clocks together (MXNet 1.x name)
+        with watchdog:
+            kv._barrier()  # start the clocks together (MXNet 1.x name)
     start = time.perf_counter()
     for epoch in range(done, args.epochs):
         for step, idx in shards_of_epoch(args, len(y_train), rank, world,
@@ -217,10 +231,11 @@ def main(argv=None):
             t1 = time.perf_counter()
             # Push the gradients; the server sums the pushes of all workers
             # and updates with rescale_grad = 1 / B; pull the new weights.
-            trainer.step(B)
-            if args.accumulate > 1:  # grad_req='add': start from zero
-                net.collect_params().zero_grad()
-            npx.waitall()
+            with watchdog:
+                trainer.step(B)
+                if args.accumulate > 1:  # grad_req='add': start from zero
+                    net.collect_params().zero_grad()
+                npx.waitall()
             compute += t1 - t0
             communication += time.perf_counter() - t1
             if step == 1 and rank == 0:
@@ -250,7 +265,8 @@ def main(argv=None):
                                    for s in u.states.values()),
             'accumulate': args.accumulate, 'pushes': pushes[0]}
     if args.kvstore.startswith('dist'):  # each worker counts on its share
-        correct, counted = evaluate_shared(net, X_test, y_test, ctx, kv)
+        with watchdog:
+            correct, counted = evaluate_shared(net, X_test, y_test, ctx, kv)
         shared_acc = correct / counted
     if rank == 0:
         mine['test_acc_rank0_alone'] = evaluate(net, X_test, y_test, ctx)

@@ -44,6 +44,8 @@ def training_arguments(doc, who, *, amp_help):
     p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd',
                    help=_('adam keeps two numbers of state per parameter'))
     p.add_argument('--amp', action='store_true', help=_(amp_help))
+    p.add_argument('--comm-timeout', type=float, default=120, help=_(
+        'seconds a collective may wait before it fails (a machine lost)'))
     checkpoint_arguments(p)
     return p
 

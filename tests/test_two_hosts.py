@@ -164,15 +164,20 @@ LOST = {'en': r'rank (\d) lost the machine {host} \(ranks (\d), (\d)\)',
         'fr': r'le rang (\d) a perdu la machine {host} \(rangs (\d), (\d)\)'}
 
 
-@pytest.mark.parametrize('fault,language', [('host', 'en'), ('link', 'fr')])
+@pytest.mark.parametrize('framework,fault,language', [
+    ('torch', 'host', 'en'), ('torch', 'link', 'fr'),
+    ('mxnet', 'host', 'fr'), ('mxnet', 'link', 'en')])
 def test_a_lost_host_or_link_ends_every_process_and_names_it(
-        fault, language, two_hosts, tmp_path):
+        framework, fault, language, two_hosts, tmp_path):
     """In the middle of the first epoch, kill every process of the second
     host, or cut the link between the hosts. Every process on both
     hosts ends within ENDS_WITHIN seconds, and the processes that see the
-    loss name the machine and its ranks, in the student's language."""
+    loss name the machine and its ranks, in the student's language.
+    (PyTorch: the collective's timeout; MXNet, whose parameter server
+    waits for ever: kvstore_train's watchdog, and the scheduler and
+    servers that the workers stop.)"""
     printed, procs, _ = start_on_two_hosts(
-        'torch', two_hosts, tmp_path, LONG_ARGS, D2LPAR_LANG=language)
+        framework, two_hosts, tmp_path, LONG_ARGS, D2LPAR_LANG=language)
     logs_ = [tmp_path / f'host{i}.log' for i in range(2)]
     deadline = time.monotonic() + TIMEOUT
     # Each process says what data it loaded (12000 training images) in
@@ -197,7 +202,8 @@ def test_a_lost_host_or_link_ends_every_process_and_names_it(
         f'still running {ENDS_WITHIN} s after the {fault} was lost: '
         f'{two_hosts.pids(0)} {two_hosts.pids(1)}\n' + logs(tmp_path))
     assert procs[0].wait(10) != 0  # the first host's run failed, and said
-    print(f'\n{fault} lost: every process ended in {took:.1f} s')
+    print(f'\n{framework}, {fault} lost: every process ended in '
+          f'{took:.1f} s')
     # Who saw the loss says which machine and which ranks it lost; the
     # ranks it names are those of the other machine
     seen = {}
@@ -216,57 +222,83 @@ def test_a_lost_host_or_link_ends_every_process_and_names_it(
         assert not named[0] & named[1]
 
 
+@pytest.mark.parametrize('framework', ['torch', 'mxnet'])
 def test_after_a_cut_link_comes_back_the_run_resumes_bit_for_bit(
-        two_hosts, tmp_path):
+        framework, two_hosts, tmp_path):
     """Checkpoints in a folder both hosts share (as an NFS folder is on
-    a cluster) and one restart: cut the link after the first epoch's
-    checkpoint, bring it back once both hosts have seen the loss. The
-    run goes on from the checkpoint and ends with the parameters of the
-    same run that nothing interrupted, bit for bit. One process per
-    host: a sum of two gradients is the same in any order, while with
-    four the first step after a restart adds them in another order (DDP
-    lays out its bucket anew), 3e-8 apart, on one host as well."""
+    a cluster): cut the link after the first epoch's checkpoint, bring it
+    back once both hosts have seen the loss. PyTorch: torchrun's one
+    restart starts the processes again; MXNet: every process of the job
+    has ended, and the printed commands, run again on both hosts, start
+    the whole job anew. It goes on from the checkpoint and ends with the
+    parameters of the same run that nothing interrupted, bit for bit.
+    One process per host: a sum of two gradients is the same in any
+    order, while with four the first step after a restart adds them in
+    another order (PyTorch: DDP lays out its bucket anew; MXNet: the
+    server adds the pushes as they come), 3e-8 apart, on one host too."""
     def args(name):
         return ['--cpu', '--num-train', 6000, '--num-test', 512,
                 '--batch-size', 64, '--epochs', 2, '--comm-timeout', 15,
                 '--checkpoint', tmp_path / name]
 
-    results = {}
-    for name in ('whole', 'cut'):
-        folder = tmp_path / name
+    def run(name, folder, **restart):
         folder.mkdir()
         printed, procs, folders = start_on_two_hosts(
-            'torch', two_hosts, folder, args(f'{name}-checkpoint'),
-            max_restarts=1, per_host=1)
-        assert printed.count('--max-restarts 1 ') == 2
-        if name == 'cut':
-            cut_and_restore_the_link(two_hosts, folder, procs)
-        for p in procs:
-            p.wait(TIMEOUT)
-        assert [p.returncode for p in procs] == [0, 0], logs(folder)
-        merged = folder / 'both'
+            framework, two_hosts, folder, args(f'{name}-checkpoint'),
+            per_host=1, **restart)
+        if restart:  # as printed, on each host
+            assert printed.count('--max-restarts 1 ') == 2
+        return procs, folders
+
+    def collect(folders):
+        merged = folders[0].parent / 'both'
         merged.mkdir()
         for host_folder in folders:
             for path in (host_folder / 'OUT').iterdir():
                 shutil.copy(path, merged / path.name)
-        results[name] = runs.collect('torch', str(merged), 'rank', 2)
+        return runs.collect(framework, str(merged), PREFIX[framework], 2,
+                            SERVERS[framework])
+
+    # PyTorch: torchrun restarts the processes once (--max-restarts 1)
+    restart = {'max_restarts': 1} if framework == 'torch' else {}
+    results = {}
+    for name in ('whole', 'cut'):
+        folder = tmp_path / name
+        procs, folders = run(name, folder, **restart)
+        if name == 'cut':
+            cut_and_restore_the_link(two_hosts, folder, procs, framework)
+        for p in procs:
+            p.wait(TIMEOUT)
+        if name == 'cut' and framework == 'mxnet':
+            # Every process ended, and said so; start the job again
+            assert [p.returncode != 0 for p in procs] == [True, True]
+            assert not two_hosts.pids(0) and not two_hosts.pids(1)
+            procs, folders = run(name, tmp_path / 'again')
+            for p in procs:
+                p.wait(TIMEOUT)
+            folder = tmp_path / 'again'
+        assert [p.returncode for p in procs] == [0, 0], logs(folder)
+        results[name] = collect(folders)
     whole, cut = results['whole'], results['cut']
-    assert whole.summary['restarts'] == 0
-    assert cut.summary['restarts'] == 1
+    if framework == 'torch':
+        assert whole.summary['restarts'] == 0
+        assert cut.summary['restarts'] == 1
+    assert whole.summary['resumed_after_epoch'] == 0
     assert cut.summary['resumed_after_epoch'] == 1
-    torch = get_backend('torch')
-    a = torch.checkpoint_params(tmp_path / 'whole-checkpoint')
-    b = torch.checkpoint_params(tmp_path / 'cut-checkpoint')
+    backend = get_backend(framework)
+    a = backend.checkpoint_params(tmp_path / 'whole-checkpoint')
+    b = backend.checkpoint_params(tmp_path / 'cut-checkpoint')
     assert sorted(a) == sorted(b)
     for name in a:  # nothing lost, nothing done twice
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     assert cut.test_acc == whole.test_acc
 
 
-def cut_and_restore_the_link(hosts, folder, procs):
+def cut_and_restore_the_link(hosts, folder, procs, framework):
     """Once the first epoch's checkpoint is written, cut the link; bring
     it back once the processes of both hosts have seen the loss."""
-    checkpoint = folder.parent / 'cut-checkpoint' / 'checkpoint.pt'
+    checkpoint = folder.parent / 'cut-checkpoint' / {
+        'torch': 'checkpoint.pt', 'mxnet': 'checkpoint.json'}[framework]
     deadline = time.monotonic() + TIMEOUT
     while not checkpoint.exists():
         assert time.monotonic() < deadline, logs(folder)
