@@ -26,7 +26,6 @@ Both backends also take the framework-free names they re-export from here
 import functools
 import inspect
 import math
-import os
 import sys
 
 from d2lpar import checks as _checks
@@ -82,15 +81,6 @@ def prepare(module_name):
     module, which its generated part calls ``d2l``, as the lessons do."""
     _fonts.use_cjk_font()
     return sys.modules[module_name]
-
-
-def run_shared_lessons(namespace):
-    """Run d2lpar/_shared_lessons.py, the lessons' code that is the same
-    for both frameworks, in a backend's `namespace` (its ``globals()``):
-    its functions then belong to that backend and use its names."""
-    path = os.path.join(os.path.dirname(__file__), '_shared_lessons.py')
-    with open(path, encoding='utf-8') as f:
-        exec(compile(f.read(), path, 'exec'), namespace)
 
 
 def check_allreduce(d2l, data):

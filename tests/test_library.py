@@ -15,12 +15,11 @@ import notebooks as builder  # noqa: E402
 
 @pytest.fixture
 def tree(tmp_path):
-    """A copy of the English lessons, of the two backends and of the file
-    of code they share."""
+    """A copy of the English lessons and of the two backends."""
     shutil.copytree(ROOT / 'notebooks' / 'en', tmp_path / 'notebooks' / 'en',
                     ignore=shutil.ignore_patterns('pytorch', 'mxnet'))
     (tmp_path / 'd2lpar').mkdir()
-    for file in [*library.BACKENDS.values(), library.SHARED[1]]:
+    for file in library.BACKENDS.values():
         shutil.copy(ROOT / 'd2lpar' / file, tmp_path / 'd2lpar' / file)
     return tmp_path
 
@@ -46,16 +45,18 @@ def test_a_hand_edit_in_the_generated_part_is_caught_by_name(tree):
     assert library.check(tree / 'notebooks') == []
 
 
-def test_a_hand_edit_in_the_shared_code_is_caught_by_name(tree):
-    path = tree / 'd2lpar' / library.SHARED[1]
+def test_a_hand_edit_in_one_copy_of_shared_code_is_caught_by_name(tree):
+    """A cell #@tab all has a copy in each backend; editing one of them is
+    caught, in that backend only, and build makes them equal again."""
+    path = tree / 'd2lpar' / 'mxnet.py'
     text = path.read_text(encoding='utf-8')
     edited = text.replace('num_examples // num_epochs',
                           'num_examples / num_epochs', 1)
     assert edited != text
     path.write_text(edited, encoding='utf-8')
-    assert library.check(tree / 'notebooks')[0] == (
-        'd2lpar/_shared_lessons.py: train differs from its lesson (edited '
-        'by hand below the generated-code line?)')
+    assert library.check(tree / 'notebooks')[:-1] == [
+        'd2lpar/mxnet.py: train differs from its lesson (edited by hand '
+        'below the generated-code line?)']
     assert library.build(tree / 'notebooks') == [path]
     assert library.check(tree / 'notebooks') == []
 
@@ -88,27 +89,44 @@ def test_the_generated_part_is_the_lessons_code_in_lesson_order():
     assert names.index('allreduce') < names.index('Residual')
     assert 'ddp_worker' in names and 'ddp_worker' not in _generated_names(
         'mxnet.py')
-    # Code of the cells #@tab all stands once, in the shared file, which
-    # each backend runs last
-    shared = _generated_names(library.SHARED[1])
-    assert shared.index('train_batch') < shared.index('train') \
-        < shared.index('reduce_scatter')
+    # Code of the cells #@tab all stands in both backends, in the lesson's
+    # order among the code of each framework, marked as shared
+    shared = ['train_batch', 'train', 'reduce_scatter']
     for file in library.BACKENDS.values():
         names = _generated_names(file)
-        assert not set(names) & set(shared)
-        assert names[-1] == '_backend.run_shared_lessons(globals())'
+        assert names.index('split_batch') < names.index('train_batch') \
+            < names.index('train') < names.index('reduce_scatter')
+        text = (ROOT / 'd2lpar' / file).read_text(encoding='utf-8')
+        for name in shared:
+            assert (f'{library.SHARED_NOTE}\ndef {name}(') in text
+
+
+def test_no_module_of_the_package_runs_code_with_exec():
+    """Go-to-definition works on every function a lesson calls: no code
+    of d2lpar is run from a string or another file (exec, eval,
+    runpy)."""
+    import ast
+    for path in (ROOT / 'd2lpar').rglob('*.py'):
+        tree = ast.parse(path.read_text(encoding='utf-8'))
+        for node in ast.walk(tree):
+            name = (node.func.id if isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name) else None)
+            assert name not in ('exec', 'eval'), f'{path.name}: {name}'
+            assert not (isinstance(node, (ast.Import, ast.ImportFrom))
+                        and 'runpy' in ast.dump(node)), path.name
 
 
 @pytest.mark.parametrize('backend', ['torch', 'mxnet'])
 def test_the_shared_code_belongs_to_each_backend(backend, monkeypatch):
     """`train` of each backend calls that backend's functions, and is
-    documented and located as its own (help, inspect, tracebacks)."""
+    documented and located as its own (help, inspect, tracebacks,
+    go-to-definition)."""
     import importlib
     import inspect
     d2l = importlib.import_module(f'd2lpar.{backend}')
     assert d2l.train.__globals__ is vars(d2l)
     assert d2l.train.__module__ == f'd2lpar.{backend}'
-    assert inspect.getsourcefile(d2l.train).endswith(library.SHARED[1])
+    assert inspect.getsourcefile(d2l.train) == d2l.__file__
     assert d2l.__doc__.startswith(f'd2lpar for ')  # not replaced
     seen = []
     monkeypatch.setattr(d2l, 'get_params',
