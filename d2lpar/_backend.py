@@ -35,6 +35,7 @@ from d2lpar import devices as _devices
 from d2lpar import distributed as _distributed
 from d2lpar import fonts as _fonts
 from d2lpar import i18n as _i18n
+from d2lpar import plots as _plots
 from d2lpar import sharding as _sharding
 from d2lpar import timing as _timing
 from d2lpar import training as _training
@@ -77,9 +78,14 @@ def device_functions(module_name):
 def prepare(module_name):
     """What a backend does when imported: register the CJK font with
     matplotlib, so that Chinese text shows in every plot of the lessons,
-    their own plt calls included (d2lpar/fonts.py); return the backend
-    module, which its generated part calls ``d2l``, as the lessons do."""
+    their own plt calls included (d2lpar/fonts.py); in a Jupyter kernel,
+    show figures as SVG (`plots.use_svg_display`: with the pinned
+    matplotlib-inline 0.1.6 and IPython 9, a kernel shows a figure only
+    as the text ``<Figure size ...>`` until a format is registered);
+    return the backend module, which its generated part calls ``d2l``,
+    as the lessons do."""
     _fonts.use_cjk_font()
+    _plots.use_svg_display()
     return sys.modules[module_name]
 
 
@@ -254,8 +260,9 @@ def train_distributed(d2l, num_workers, *, batch_size=256, lr=0.2,
     PyTorch; in MXNet it runs as many servers as workers, each holding the
     optimizer state of its part of the parameters. `optimizer` is 'sgd'
     or 'adam'. `pipelined` True trains lesson 5's pipeline MLP instead, in
-    two GPipe stages, one per process, with torch.distributed.pipelining
-    (MXNet has no such tool: NotImplementedError). Runs to be compared use
+    two GPipe stages, one per process, with torch.distributed.pipelining;
+    '1f1b' with its 1F1B schedule (MXNet has no such tool:
+    NotImplementedError). Runs to be compared use
     the same kind of device. `checkpoint`, `fail_at_step`,
     `max_restarts`: checkpoints and restarts; `amp`: mixed precision;
     `accumulate`: micro-batches per step (see
