@@ -88,6 +88,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
+from d2lpar import faults
 from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
     AMP_HELP, CHECKPOINT, Precision, accumulate_gradients,
     choose_gloo_interface, count_correct, evaluate, evaluate_shared,
@@ -388,6 +389,5 @@ if __name__ == '__main__':
     # busy cores), which would fail a run that has finished
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    if os.environ.get('D2LPAR_TEST_ABORT_AT_EXIT') == os.environ['RANK']:
-        os.abort()  # how the tests crash a rank after its results
+    faults.at_exit(os.environ['RANK'])  # when the tests ask it to abort
     os._exit(0)

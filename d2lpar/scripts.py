@@ -1,10 +1,11 @@
 """What the two training scripts (d2lpar.ddp_train, d2lpar.kvstore_train)
 share: their command-line options (checkpoints and restarts too), the
-shard of each step with the failures the tests ask for, and results
-written atomically.
+shard of each step, and results written atomically. The failures that
+lesson 4 and the tests ask for are in d2lpar.faults.
 """
 import os
 
+from d2lpar import faults
 from d2lpar.i18n import _, error_message
 from d2lpar.training import epoch_shards
 
@@ -31,13 +32,6 @@ def training_arguments(doc, who, *, amp_help):
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--cpu', action='store_true',
                    help=_('train on the CPU even when there are GPUs'))
-    p.add_argument('--crash-at-step', type=int, default=None,
-                   help=_('to test failure handling: --crash-rank fails '
-                          'here'))
-    p.add_argument('--crash-rank', type=int, default=0)
-    p.add_argument('--leave-a-child', action='store_true',
-                   help=_('to test the cleanup: every process starts a '
-                          'process that outlives it'))
     p.add_argument('--accumulate', type=int, default=1,
                    help=_('micro-batches per step: gradients are added up '
                           'over them and communicated once per step'))
@@ -47,6 +41,7 @@ def training_arguments(doc, who, *, amp_help):
     p.add_argument('--comm-timeout', type=float, default=120, help=_(
         'seconds a collective may wait before it fails (a machine lost)'))
     checkpoint_arguments(p)
+    faults.add_arguments(p)  # failures on purpose (lesson 4, the tests)
     return p
 
 
@@ -85,25 +80,14 @@ def shards_of_epoch(args, num_examples, rank, world, epoch, step,
     """For the training scripts: this rank's shard of every global batch of
     `epoch`, as ``(step, indices)`` with the step counted on from `step`;
     the first shard of the epoch is appended to `first_shards` (the
-    results show that the order changes from epoch to epoch).
-    With ``--crash-at-step`` the process ``--crash-rank`` fails at that
-    step (how the tests check that a crash ends the run cleanly). With
-    ``--leave-a-child`` every process first starts a process that outlives
-    it (how the tests check that the launcher stops those too)."""
-    if args.leave_a_child and step == 0:
-        leave_a_child(args.out, rank)
+    results show that the order changes from epoch to epoch)."""
     for idx in epoch_shards(num_examples, args.batch_size, rank=rank,
                             world_size=world,
                             seed=(args.seed, epoch)):
         step += 1
         if len(first_shards) == epoch:
             first_shards.append(idx.tolist())
-        if step == args.crash_at_step and rank == args.crash_rank:
-            raise RuntimeError(error_message(
-                'rank {rank} crashes at step {step}, as asked by '
-                '--crash-at-step', rank=rank, step=step))
-        if step == getattr(args, 'fail_at_step', None) and rank == world - 1:
-            fail_once(args.out, rank, step)
+        faults.at_step(args, step, rank, world)  # when asked to fail
         yield step, idx
 
 
@@ -112,9 +96,6 @@ def checkpoint_arguments(p):
     p.add_argument('--checkpoint', metavar='DIR', default=None,
                    help=_('save a checkpoint there after every epoch, and '
                           'resume from it'))
-    p.add_argument('--fail-at-step', type=int, default=None,
-                   help=_('to test restarts: the last process kills itself '
-                          'at this step, the first time only'))
 
 
 def check_data_order(state, order, path):
@@ -135,36 +116,6 @@ def say_resumed(path, state):
     print(_('resuming from {path}: {epochs} epoch(s), {steps} steps '
             'done').format(path=path, epochs=state['epoch'],
                            steps=state['step']), flush=True)
-
-
-def fail_once(out, rank, step):
-    """Kill this process with SIGKILL, as a crashed machine would end it,
-    unless it did so before: the file OUT/failed-at-step-N remembers, so
-    that the restarted run goes past step N."""
-    import signal
-    marker = os.path.join(out, f'failed-at-step-{step}')
-    if os.path.exists(marker):
-        return
-    os.makedirs(out, exist_ok=True)
-    with open(marker, 'w') as f:
-        f.write(f'{os.getpid()}\n')
-    print(_('rank {rank} kills itself at step {step} (--fail-at-step)')
-          .format(rank=rank, step=step), flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def leave_a_child(out, rank):
-    """Start a process that sleeps for 10 minutes in a session of its own,
-    where no signal to our process group reaches it, and say its pid on
-    stdout. Its command line names `out`, so that a test can find it."""
-    import subprocess
-    import sys
-    child = subprocess.Popen(
-        [sys.executable, '-c', 'import time; time.sleep(600)', out],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
-    # Not translated: the tests read this line
-    print(f'd2lpar: rank {rank} left process {child.pid} behind', flush=True)
 
 
 def write_json(path, data):
