@@ -168,8 +168,9 @@ def main(argv=None):
     # The launcher reads this line, so it stays in English
     print(f'd2lpar: worker rank {rank} of {world}, pid {os.getpid()}',
           flush=True)
-    if args.kvstore.startswith('dist'):
+    if args.kvstore.startswith('dist') and 'async' not in args.kvstore:
         # Who runs where, for the watchdog to say which machine it lost
+        # (the roll call adds tables on the servers: synchronous only)
         workers, listener = roll_call(kv)
         watchdog = Watchdog(args.comm_timeout, rank, workers, listener)
     else:
