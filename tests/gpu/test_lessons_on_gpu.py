@@ -9,6 +9,9 @@ source (the book's recorded runs, or the hardware's documentation).
   less than the two one after the other; the workload fits the GPU's free
   memory (`products_that_fit`);
 - lesson 1: copies queued on the compute stream do not overlap;
+- lesson 1, exercise 3: with pinned buffers and non-blocking copies the
+  loop returns while the GPU still works, so the CPU's product runs beside
+  it; with pageable buffers and blocking copies it does not;
 - lesson 4: two processes when only one GPU is visible
   (CUDA_VISIBLE_DEVICES=0) run, on the CPU, and say where each rank ran;
   the lesson's two runs use the same kind of device and agree after the
@@ -152,6 +155,56 @@ def test_side_stream_copies_overlap_the_products():
     assert ratio < MAX_RATIO, \
         f'compute and copy together took {ratio:.2f} of compute + copy ' \
         f'(expected < {MAX_RATIO})'
+
+
+@pytest.mark.parametrize('pinned', [True, False])
+def test_exercise_3_cpu_product_beside_the_gpu(pinned):
+    """Lesson 1 (PyTorch), exercise 3's solution: "PyTorch's loop returns
+    as soon as it has queued the 8 products and their 8 copies ... The
+    CPU's product then runs in the calling thread while the GPU still
+    works through its queue"; "Into ordinary (pageable) buffers, or
+    without `non_blocking=True`, each copy would make Python wait until
+    it was done ... the CPU's product would start only once the GPU had
+    finished"."""
+    import torch
+    from d2lpar import torch as d2l
+    device = torch.device('cuda', 0)
+    size = 2048  # the solution's size on a GPU
+    a = torch.rand(size=(size, size), device=device)
+    on_cpu = torch.rand(size=(size, size))
+    results = [torch.empty(size=(size, size), device=device)
+               for _ in range(8)]
+    buffers = [torch.empty(size=(size, size), pin_memory=pinned)
+               for _ in range(8)]
+
+    def products(a, y):
+        for t in y:
+            torch.mm(a, a, out=t)
+        return y
+
+    def copy_to_cpu(y, y_cpu, non_blocking=False):
+        for t, buffer in zip(y, y_cpu):
+            buffer.copy_(t, non_blocking=non_blocking)
+
+    def queue_all():
+        for t, buffer in zip(results, buffers):
+            product = d2l.launch(device, products, a, [t])
+            copy = d2l.launch(device, copy_to_cpu, product, [buffer],
+                              pinned, queue='copy')
+        return copy
+
+    queue_all()  # warm up
+    d2l.synchronize([device])
+    last_copy = queue_all()
+    busy = not last_copy.cuda_event.query()
+    on_cpu.mm(on_cpu)  # the CPU's product, in this thread
+    d2l.synchronize([device])
+    expected = (a @ a).cpu()
+    assert all(torch.allclose(b, expected) for b in buffers)
+    print(f'pinned={pinned}: GPU still busy when the loop returned: {busy}')
+    assert busy == pinned, (
+        'the loop returned before the copies were done' if busy else
+        'the loop waited for the copies: the CPU product runs after them')
 
 
 def test_copies_on_the_compute_stream_do_not_overlap():
