@@ -5,7 +5,8 @@ as they are (``from d2lpar.api import *`` imports exactly these), and
 tests/test_api.py checks that both backends define every one.
 """
 from d2lpar.cost import (  # noqa: F401
-    LINKS, Link, allreduce_time, format_seconds, gpu_link, plot_cost_model)
+    GPUS, LINKS, Gpu, Link, allreduce_time, compute_time, critical_batch,
+    format_seconds, gpu_link, plot_cost_model, plot_step_time, step_time)
 from d2lpar.data import (  # noqa: F401
     DataError, data_dir, fashion_mnist_arrays)
 from d2lpar.runs import DistributedResult  # noqa: F401
@@ -15,8 +16,9 @@ from d2lpar.plots import (  # noqa: F401
     Animator, plot_allreduce, plot_drift, plot_processes, plot_scaling,
     plot_timings, print_processes)
 from d2lpar.sharding import (  # noqa: F401
-    bubble_fraction, collective_seconds, gpipe_schedule, measured_bubble,
-    plot_memory, shard_bounds, zero_memory)
+    bubble_fraction, collective_seconds, gpipe_schedule,
+    interleaved_schedule, measured_bubble, plot_memory, shard_bounds,
+    zero_memory)
 from d2lpar.training import (  # noqa: F401
     TrainResult, epoch_shards, learning_rate)
 
@@ -32,9 +34,13 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           # between runs on 1 and 2 devices
           'LINKS', 'Link', 'allreduce_time', 'format_seconds', 'gpu_link',
           'plot_cost_model', 'plot_drift',
+          # a step's compute against its communication (d2lpar.cost)
+          'GPUS', 'Gpu', 'compute_time', 'critical_batch', 'plot_step_time',
+          'step_time',
           # lesson 5 (d2lpar/sharding.py)
           'bubble_fraction', 'collective_seconds', 'gpipe_schedule',
-          'measured_bubble', 'plot_memory', 'shard_bounds', 'zero_memory',
+          'interleaved_schedule', 'measured_bubble', 'plot_memory',
+          'shard_bounds', 'zero_memory',
           # lesson 4 (d2lpar/distributed.py, d2lpar/plots.py)
           'DistributedResult', 'plot_processes', 'print_processes']
 # The public names that d2lpar.torch and d2lpar.mxnet each define in their
@@ -45,7 +51,7 @@ BACKEND = [
     'distributed_commands',
     'evaluate_accuracy', 'forward_backward', 'get_params', 'gpu', 'launch',
     'lenet', 'lenet_params', 'load_data_fashion_mnist', 'loss',
-    'measure_allreduce', 'num_gpus', 'parameter_drift',
+    'matmul_rate', 'measure_allreduce', 'num_gpus', 'parameter_drift',
     'products_that_fit', 'resnet18', 'ring_allreduce',
     'sgd', 'split_batch',
     'synchronize', 'train', 'train_batch', 'train_concise',

@@ -223,3 +223,124 @@ def plot_cost_model(rows, *, k=None, links=None, title=None):
     ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
     plt.tight_layout()
     plt.show()
+
+
+# --------------------------------------------------------------------------
+# A training step: compute against communication
+# --------------------------------------------------------------------------
+Gpu = collections.namedtuple('Gpu', 'label bf16 fp32')
+Gpu.__doc__ = ('A GPU as its spec sheet gives it: a label and its dense '
+               'rates in FLOP/s, `bf16` on its tensor cores and `fp32` '
+               'without them.')
+
+# Dense rates (the data sheets also print rates "with sparsity", twice
+# these, which training does not reach):
+GPUS = {
+    # NVIDIA L4 Tensor Core GPU datasheet (2023), a PCIe card: FP32 30.3
+    # TFLOPS, BF16 242 TFLOPS with sparsity, so 121 dense
+    'L4': Gpu('NVIDIA L4', 121e12, 30.3e12),
+    # NVIDIA A100 Tensor Core GPU datasheet (2021), SXM: FP32 19.5 TFLOPS,
+    # BF16 312 TFLOPS (624 with sparsity)
+    'A100': Gpu('NVIDIA A100 SXM', 312e12, 19.5e12),
+    # NVIDIA H100 Tensor Core GPU datasheet (2023), SXM: FP32 67 TFLOPS,
+    # BF16 1,979 TFLOPS with sparsity, so 989 dense
+    'H100': Gpu('NVIDIA H100 SXM', 989e12, 67e12),
+}
+# FLOPs of one example's forward and backward pass per parameter: a
+# weight used once per example costs a multiply and an add forward (2),
+# and twice that backward, for the gradients of the input and of the
+# weight (4). A convolution uses each weight at every position, so it
+# costs more than 6 per parameter.
+FLOPS_PER_PARAM = 6
+
+
+def _check_positive(name, value):
+    if not _real(value) or value <= 0:
+        raise ValueError(error_message(
+            '{name} must be a finite number > 0, got {value!r}.',
+            name=name, value=value))
+
+
+def compute_time(num_params, batch_size, flops_per_second):
+    """Seconds of the forward and backward pass of `batch_size` examples
+    through a model of `num_params` parameters on a device that computes
+    `flops_per_second`: 6 * num_params * batch_size / flops_per_second."""
+    _check_positive('num_params', num_params)
+    _check_positive('batch_size', batch_size)
+    _check_positive('flops_per_second', flops_per_second)
+    return FLOPS_PER_PARAM * num_params * batch_size / flops_per_second
+
+
+def step_time(num_params, batch_size, link, *, k, flops_per_second,
+              bytes_per_param=4, overlap=True):
+    """Seconds of one step of data parallelism on `k` devices joined by
+    `link`, each computing `batch_size` examples at `flops_per_second`:
+    its compute (`compute_time`) and the ring allreduce of the gradient
+    (`bytes_per_param` bytes per parameter, `allreduce_time`), at the same
+    time (``overlap=True``: the longer of the two) or one after the other
+    (``overlap=False``: their sum)."""
+    _check_positive('bytes_per_param', bytes_per_param)
+    compute = compute_time(num_params, batch_size, flops_per_second)
+    communicate = allreduce_time(bytes_per_param * num_params, k, link)
+    if overlap:
+        return max(compute, communicate)
+    return compute + communicate
+
+
+def critical_batch(flops_per_second, link, *, k, bytes_per_param=4):
+    """The per-device batch above which a step of data parallelism on `k`
+    devices computes longer than its allreduce sends: compute
+    6 P b / C against the bandwidth term 2(k-1)/k * q P / beta of the
+    ring (q = `bytes_per_param`, latency left out), equal when
+    b = C / beta * 2(k-1)/k * q / 6. The model's size P drops out."""
+    _check_positive('flops_per_second', flops_per_second)
+    _check_positive('bytes_per_param', bytes_per_param)
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(error_message(
+            'k, the number of devices, must be an int >= 1, got {k!r}.',
+            k=k))
+    link = as_link(link)
+    return (flops_per_second / link.beta
+            * 2 * (k - 1) / k * bytes_per_param / FLOPS_PER_PARAM)
+
+
+def plot_step_time(num_params, flops_per_second, *, k, measured=None,
+                   bytes_per_param=4, links=None):
+    """Seconds per step against the per-device batch (1 to 4096), for a
+    model of `num_params` parameters on `k` devices that compute
+    `flops_per_second` each: the compute alone (dashed), and on each of
+    `links` (default: all of `LINKS`) the step with the allreduce
+    overlapped (solid line) and not overlapped (dotted). `measured`, a
+    pair (batch, seconds), is drawn as a point."""
+    import matplotlib.pyplot as plt
+    fonts.use_cjk_font()  # Chinese text, no missing glyph
+    links = list(LINKS) if links is None else links
+    batches = [2 ** (i / 4) for i in range(49)]  # 1 to 4096
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for link in links:
+        overlapped = [step_time(num_params, b, link, k=k,
+                                flops_per_second=flops_per_second,
+                                bytes_per_param=bytes_per_param)
+                      for b in batches]
+        one_after_other = [step_time(num_params, b, link, k=k,
+                                     flops_per_second=flops_per_second,
+                                     bytes_per_param=bytes_per_param,
+                                     overlap=False) for b in batches]
+        line, = ax.loglog(batches, overlapped, '-', lw=1.2,
+                          label=as_link(link).label)
+        ax.loglog(batches, one_after_other, ':', lw=1,
+                  color=line.get_color())
+    ax.loglog(batches, [compute_time(num_params, b, flops_per_second)
+                        for b in batches], '--', color='black', lw=1,
+              label=_('compute alone'))
+    if measured is not None:
+        batch, seconds = measured
+        ax.loglog([batch], [seconds], 'o', color='black',
+                  label=_('measured here'))
+    ax.set_xlabel(_('examples per device'))
+    ax.set_ylabel(_('seconds per step'))
+    ax.set_title(_('a step on {k} devices: overlapped (solid), one after '
+                   'the other (dotted)').format(k=k), fontsize=10)
+    ax.legend(fontsize=7, loc='center left', bbox_to_anchor=(1.02, 0.5))
+    plt.tight_layout()
+    plt.show()

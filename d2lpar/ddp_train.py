@@ -45,7 +45,8 @@ reduce-scatters its gradients; there is no hook, so *compute* includes
 that communication. With ``--pipeline`` (two processes) the model is the
 MLP of lesson 5's pipeline (``pipeline_params``), cut into two stages,
 one per process, and ``torch.distributed.pipelining`` runs the GPipe
-schedule with ``--microbatches`` micro-batches: process 0 feeds every
+schedule (or 1F1B, ``--schedule 1f1b``) with ``--microbatches``
+micro-batches: process 0 feeds every
 whole global batch into stage 0, process 1 computes the loss from its
 labels; activations and their gradients go between the processes. Each
 process updates its own stage; *compute* includes the sends and receives.
@@ -210,8 +211,9 @@ def parse_args(argv=None):
     p = training_arguments(__doc__, 'processes', amp_help=AMP_HELP)
     # Lesson 5's ways beyond data parallelism
     p.add_argument('--pipeline', action='store_true', help=_(
-        'train the MLP of lesson 5 in two pipeline stages, one per process '
-        '(GPipe)'))
+        'train the MLP of lesson 5 in two pipeline stages, one per process'))
+    p.add_argument('--schedule', choices=['gpipe', '1f1b'], default='gpipe',
+                   help=_('the pipeline schedule (with --pipeline)'))
     p.add_argument('--microbatches', type=int, default=4, help=_(
         'micro-batches per step of the pipeline'))
     p.add_argument('--fsdp', action='store_true', help=_(
@@ -314,6 +316,10 @@ def main(argv=None):
                     'epoch': epoch + 1, 'step': step, 'data_order': order})
     compute, communication = timer.seconds()  # waits for the GPU
     total = time.perf_counter() - start
+    held = held_bytes(model, optimizer)  # what this process keeps
+    if args.fsdp:  # one more forward and backward, under the profiler
+        held.update(gather_overlap(model, loss_fn, X, y))
+        optimizer.zero_grad()
 
     mine = {'rank': rank, 'local_rank': local_rank, 'world_size': world,
             'host': socket.gethostname(), 'backend': backend,
@@ -321,7 +327,8 @@ def main(argv=None):
             'seconds_compute': compute,
             'seconds_communication': communication, 'seconds_total': total,
             'first_shard_of_epoch': first_shards,
-            'accumulate': args.accumulate, 'allreduces': timer.allreduces}
+            'accumulate': args.accumulate, 'allreduces': timer.allreduces,
+            **held}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
     if args.fsdp:  # a forward pass gathers parameters: all processes take it
@@ -357,6 +364,53 @@ def main(argv=None):
     write_json(os.path.join(args.out, f'rank{rank}.json'), mine)
     dist.barrier()  # every process has written its results
     dist.destroy_process_group()
+
+
+def local_bytes(tensors):
+    """Bytes of the `tensors` that this process holds: of a DTensor (a
+    shard of FSDP), only its local part."""
+    total = 0
+    for t in tensors:
+        if hasattr(t, 'to_local'):
+            t = t.to_local()
+        total += t.numel() * t.element_size()
+    return total
+
+
+def held_bytes(model, optimizer):
+    """Bytes of parameters, gradients and optimizer state that this
+    process keeps. Optimizer state: the tensors of one number per
+    parameter (Adam's m and v), not Adam's step counter."""
+    params = list(model.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values()
+             if torch.is_tensor(v) and v.dim() > 0]
+    return {'parameter_bytes': local_bytes(params),
+            'gradient_bytes': local_bytes(
+                [p.grad for p in params if p.grad is not None]),
+            'optimizer_bytes': local_bytes(state)}
+
+
+def gather_overlap(model, loss_fn, X, y):
+    """One forward and backward pass of FSDP under PyTorch's profiler:
+    seconds during which an all-gather was moving data (Gloo's
+    ``gloo:all_gather``, in its own threads), during which a layer was
+    computing (convolutions and matrix products, forward and backward),
+    and during which both were."""
+    from torch.profiler import ProfilerActivity, profile
+    computing = ('aten::convolution', 'aten::convolution_backward',
+                 'aten::addmm', 'aten::mm')
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loss_fn(model(X), y).backward()
+    gathers, computes = [], []
+    for event in prof.events():
+        span = (event.time_range.start / 1e6, event.time_range.end / 1e6)
+        if event.name == 'gloo:all_gather':
+            gathers.append(span)
+        elif event.name in computing:
+            computes.append(span)
+    both = max(0.0, busy(gathers) + busy(computes) - busy(gathers + computes))
+    return {'seconds_all_gather': busy(gathers),
+            'seconds_layers': busy(computes), 'seconds_overlap': both}
 
 
 class Sharded(nn.Module):

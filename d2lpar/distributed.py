@@ -54,7 +54,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     workers, each updating its part of the parameters with its part of
     the optimizer state (arrays of more than 10000 numbers cut among the
     servers). `optimizer`: 'sgd' or 'adam'. `pipelined` (PyTorch, two
-    processes): the pipeline MLP of lesson 5 in two GPipe stages.
+    processes): the pipeline MLP of lesson 5 in two stages, with the GPipe
+    schedule (True or 'gpipe') or the 1F1B schedule ('1f1b').
 
     `checkpoint` True saves a checkpoint after every epoch in
     OUT_DIR/checkpoint, and resumes from it; `fail_at_step` makes the last
@@ -81,6 +82,10 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         raise NotImplementedError(error_message(
             'MXNet has no pipeline tool: see the from-scratch GPipe of '
             'lesson 5 (d2l.gpipe_step).'))
+    if pipelined not in (False, True, 'gpipe', '1f1b'):
+        raise ValueError(error_message(
+            "pipelined is False, True, 'gpipe' or '1f1b', got "
+            "{pipelined!r}.", pipelined=pipelined))
     if pipelined and (sharded or num_workers != 2):
         raise ValueError(error_message(
             'pipelined=True cuts the model into 2 stages: pass num_workers=2 '
@@ -97,7 +102,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     elif sharded:  # a server per worker, each with its part of every array
         servers = dict(num_servers=num_workers, bigarray_bound=10000)
     if pipelined:
-        args.append('--pipeline')
+        schedule = '1f1b' if pipelined == '1f1b' else 'gpipe'
+        args += ['--pipeline', '--schedule', schedule]
     if accumulate != 1:
         args += ['--accumulate', accumulate]
     if num_train is not None:

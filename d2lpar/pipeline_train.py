@@ -1,7 +1,9 @@
 """Lesson 5's pipeline in two processes, run by ``d2lpar.ddp_train
 --pipeline``: the MLP of ``pipeline_params`` cut into two stages, one per
-process, trained with the GPipe schedule of ``torch.distributed.pipelining``
-(see the docstring of d2lpar.ddp_train).
+process, trained with the GPipe or the 1F1B schedule of
+``torch.distributed.pipelining`` (``--schedule``; see the docstring of
+d2lpar.ddp_train). Each process counts the micro-batches whose
+activations its stage holds at once (`InFlight`).
 """
 import os
 import socket
@@ -49,6 +51,28 @@ def pipeline_stages(seed, width=512):
     return [Stage(params[0], False), Stage(params[1], True)]
 
 
+class InFlight:
+    """Counts, in the real run, the micro-batches whose activations a
+    stage holds: one more when its forward pass has recorded them, one
+    less when their backward pass starts (the gradient of the stage's
+    output arrives; the activations are freed by the end of it). `most`
+    is the largest count seen (`train_pipeline` counts from step 2)."""
+
+    def __init__(self, module):
+        self.now, self.most = 0, 0
+        module.register_forward_hook(self.forward_done)
+
+    def forward_done(self, module, inputs, output):
+        if not output.requires_grad:  # a pass that keeps nothing (no_grad)
+            return
+        self.now += 1
+        self.most = max(self.most, self.now)
+        output.register_hook(self.backward_starts)
+
+    def backward_starts(self, grad):
+        self.now -= 1
+
+
 def gather_stages(stage):
     """{'s.i': NumPy array}: parameter i of stage s, for every stage, on
     every process (each process sends its own stage's)."""
@@ -60,9 +84,11 @@ def gather_stages(stage):
 
 
 def train_pipeline(args, rank, world, device, backend, data):
-    """GPipe over the processes with torch.distributed.pipelining: process
-    s holds stage s of the pipeline MLP and updates only its parameters."""
-    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+    """GPipe or 1F1B (`args.schedule`) over the processes with
+    torch.distributed.pipelining: process s holds stage s of the pipeline
+    MLP and updates only its parameters."""
+    from torch.distributed.pipelining import (
+        PipelineStage, Schedule1F1B, ScheduleGPipe)
     X_train, y_train, X_test, y_test, source = data
     B, m = args.batch_size, args.microbatches
     if world != 2:
@@ -75,10 +101,12 @@ def train_pipeline(args, rank, world, device, backend, data):
             B=B, m=m))
     stages = pipeline_stages(args.seed)
     mine = stages[rank].to(device)
+    in_flight = InFlight(mine)
     # The mean loss of each micro-batch; the schedule divides the summed
     # gradients by m, so they are those of the mean over the global batch
-    schedule = ScheduleGPipe(PipelineStage(mine, rank, world, device),
-                             n_microbatches=m, loss_fn=nn.CrossEntropyLoss())
+    Schedule = {'gpipe': ScheduleGPipe, '1f1b': Schedule1F1B}[args.schedule]
+    schedule = Schedule(PipelineStage(mine, rank, world, device),
+                        n_microbatches=m, loss_fn=nn.CrossEntropyLoss())
     optimizer = make_optimizer(args, mine.parameters())
     total_steps = len(y_train) // B * args.epochs
     step, losses, seconds, first_batches = 0, [], 0.0, []
@@ -104,6 +132,9 @@ def train_pipeline(args, rank, world, device, backend, data):
             optimizer.step()
             seconds += time.perf_counter() - t0
             if step == 1:
+                # Step 1 also ran a forward pass of its own that works out
+                # the shapes to send, with no backward: count from step 2
+                in_flight.now = in_flight.most = 0
                 whole = gather_stages(mine)
                 if rank == 0:
                     write_npz(os.path.join(args.out, 'params_step1.npz'),
@@ -119,7 +150,8 @@ def train_pipeline(args, rank, world, device, backend, data):
                   'backend': backend, 'device': str(device), 'steps': step,
                   'examples': step * B, 'seconds_compute': seconds,
                   'seconds_communication': 0.0, 'seconds_total': total,
-                  'first_shard_of_epoch': first_batches}
+                  'first_shard_of_epoch': first_batches,
+                  'activations_in_flight': in_flight.most}
     everyone = [None] * world
     dist.all_gather_object(everyone, (mine_times, losses))
     whole = gather_stages(mine)
@@ -137,7 +169,8 @@ def train_pipeline(args, rank, world, device, backend, data):
                   'num_train': len(y_train), 'num_test': len(y_test),
                   'data': source, 'steps': step, 'examples': step * B,
                   'test_acc': acc, 'model': 'pipeline MLP',
-                  'microbatches': m, 'losses': everyone[-1][1],
+                  'microbatches': m, 'schedule': args.schedule,
+                  'losses': everyone[-1][1],
                   'seconds_total': max(p['seconds_total'] for p, _l in
                                        everyone),
                   'processes': [p for p, _l in everyone]}

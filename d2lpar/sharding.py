@@ -122,15 +122,29 @@ def plot_memory(num_params, device_counts, *, measured=None, title=None):
 # --------------------------------------------------------------------------
 def collective_seconds(kind, num_bytes, num_devices, *, bandwidth,
                        latency=0.0):
-    """Seconds for a ring collective of `num_bytes` (the whole array)
-    over `num_devices` devices whose links carry `bandwidth` bytes/s each
-    way, with `latency` seconds per message: a 'reduce_scatter' or an
-    'all_gather' takes k-1 steps of N/k bytes, an 'allreduce' both."""
-    steps = {'reduce_scatter': 1, 'all_gather': 1, 'allreduce': 2}
+    """Seconds for a collective of `num_bytes` over `num_devices` devices
+    whose links carry `bandwidth` bytes/s each way, with `latency` seconds
+    per message. A ring 'reduce_scatter' or 'all_gather' of an array of
+    `num_bytes` (the whole array) takes k-1 steps of N/k bytes, an
+    'allreduce' both: 2(k-1) steps. An 'all_to_all' (expert parallelism)
+    sends out (k-1)/k of the `num_bytes` that each device holds, with the
+    pairwise algorithm: at step i = 1 .. k-1, device d sends its block of
+    N/k bytes for device (d + i) mod k and receives one from device
+    (d - i) mod k, so it takes (k-1) latency + (k-1)/k N / bandwidth."""
+    steps = {'reduce_scatter': 1, 'all_gather': 1, 'allreduce': 2,
+             'all_to_all': 1}
     if kind not in steps:
         raise ValueError(error_message(
-            "kind is 'reduce_scatter', 'all_gather' or 'allreduce', got "
-            "{kind!r}.", kind=kind))
+            "kind is 'reduce_scatter', 'all_gather', 'allreduce' or "
+            "'all_to_all', got {kind!r}.", kind=kind))
+    if not isinstance(num_devices, numbers.Integral) or num_devices < 1:
+        raise ValueError(error_message(
+            'num_devices must be an int >= 1, got {num_devices!r}.',
+            num_devices=num_devices))
+    if not isinstance(num_bytes, numbers.Real) or num_bytes < 0:
+        raise ValueError(error_message(
+            'num_bytes must be a number >= 0, got {num_bytes!r}.',
+            num_bytes=num_bytes))
     k = num_devices
     return steps[kind] * (k - 1) * (latency + num_bytes / k / bandwidth)
 
@@ -161,11 +175,68 @@ def _check_pipeline(k, m):
     return k, m
 
 
-def bubble_fraction(num_stages, num_microbatches):
+def bubble_fraction(num_stages, num_microbatches, num_chunks=1):
     """The share of time a stage of the GPipe schedule sits idle, when all
-    stages take the same time: (k - 1) / (m + k - 1)."""
+    stages take the same time: (k - 1) / (m + k - 1); with `num_chunks`
+    v model chunks per device (the interleaved schedule):
+    (k - 1) / (v * m + k - 1)."""
     k, m = _check_pipeline(num_stages, num_microbatches)
-    return (k - 1) / (m + k - 1)
+    v = _check_chunks(num_chunks)
+    return (k - 1) / (v * m + k - 1)
+
+
+def _check_chunks(v):
+    if not isinstance(v, int) or v < 1:
+        raise ValueError(error_message(
+            'num_chunks must be >= 1, got {v!r}.', v=v))
+    return v
+
+
+def interleaved_schedule(num_stages, num_microbatches, num_chunks):
+    """The interleaved schedule (Narayanan et al., 2021), all forward
+    passes first, as a list of clock ticks. The model is cut into k * v
+    chunks, chunk c on device c % k: each device holds v chunks, each
+    1/v of a stage, which take one tick each. A device takes the
+    micro-batches k at a time through its first chunk, then through its
+    next one, and so on (the backward passes in the reverse order of the
+    chunks). At each tick a device does the next pass on its list if the
+    pass it needs is done, and waits otherwise. Each tick is a list of
+    (device, 'F' or 'B', micro-batch, chunk); v = 1 is GPipe."""
+    k, m = _check_pipeline(num_stages, num_microbatches)
+    v = _check_chunks(num_chunks)
+    if v > 1 and m % k:
+        raise ValueError(error_message(
+            'The interleaved schedule takes the micro-batches {k} at a '
+            'time: pass a multiple of {k}, not {m}.', k=k, m=m))
+    last = k * v - 1
+
+    def passes(d, kind):  # what device d does, in order
+        chunks = range(v) if kind == 'F' else range(v - 1, -1, -1)
+        group = k if v > 1 else m
+        return [(kind, j, c * k + d) for first in range(0, m, group)
+                for c in chunks for j in range(first, first + group)]
+
+    def needs(kind, j, c):  # the pass whose result this one takes
+        if kind == 'F':
+            return ('F', j, c - 1) if c > 0 else None
+        return ('B', j, c + 1) if c < last else ('F', j, last)
+
+    todo = [passes(d, 'F') + passes(d, 'B') for d in range(k)]
+    done, ticks = {}, []  # done: pass -> the tick it ran at
+    while any(todo):
+        t = len(ticks)
+        tick = []
+        for d in range(k):
+            if todo[d]:
+                kind, j, c = todo[d][0]
+                before = needs(kind, j, c)
+                if before is None or done.get(before, t) < t:
+                    tick.append((d, kind, j, c))
+                    todo[d].pop(0)
+        for d, kind, j, c in tick:
+            done[kind, j, c] = t
+        ticks.append(tick)
+    return ticks
 
 
 def measured_bubble(events, rows):

@@ -279,6 +279,22 @@ def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
     return result
 
 
+# (#@tab all: the same code stands in the other backend, from the same cell)
+def matmul_rate(device, n=1024, repeat=5):
+    """FLOP/s of a product of two `n` x `n` matrices on `device`: 2 n**3
+    FLOPs over the best of `repeat` timed products (the first also warms
+    up). The values do not matter for the time; zeros will do."""
+    A = d2l.zeros(n * n, device).reshape(n, n)
+    B = d2l.zeros(n * n, device).reshape(n, n)
+    timer = d2l.Timer()
+    for _ in range(repeat):
+        timer.start()
+        d2l.launch(device, lambda: A @ B)
+        d2l.synchronize([device])
+        timer.stop()
+    return 2 * n ** 3 / min(timer.times)
+
+
 # From notebooks/en/multiple-gpus-concise.md
 class Residual(nn.Module):
     """The residual block of ResNet: two 3x3 convolutions with batch
@@ -362,6 +378,7 @@ def fit(model, net, device, *, rank, world_size, batch_size, lr,
             optimizer.zero_grad()
             # With DDP, backward also averages the gradients of all
             # processes, bucket by bucket, while it is still computing
+            # (at width 8 there is one bucket, sent once backward is done)
             loss(model(X), y).backward()
             optimizer.step()
             step += 1

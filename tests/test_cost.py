@@ -349,3 +349,147 @@ def test_plot_drift_makes_room_for_a_large_gap(backend):
     backend.plot_drift([1e-7, 0.5, 3.0])
     ax, = plt.gcf().axes
     assert ax.get_ylim() == pytest.approx((1e-9, 6.0))
+
+
+# --------------------------------------------------------------------------
+# A training step: compute against communication
+# --------------------------------------------------------------------------
+def test_compute_time_is_six_flops_per_parameter_and_example():
+    # 6 * 1e6 parameters * 100 examples / 1e12 FLOP/s = 6e8 / 1e12
+    assert cost.compute_time(1e6, 100, 1e12) == pytest.approx(6e-4,
+                                                               rel=1e-12)
+
+
+@pytest.mark.parametrize('overlap, seconds', [
+    # compute: 6 * 1e6 * 100 / 1e12 = 6e-4; allreduce of 4e6 bytes on 4
+    # devices over LINK: 2*3*1e-5 + 2*3/4 * 4e6/1e9 = 6e-5 + 6e-3
+    (True, 6.06e-3),            # the longer: the allreduce
+    (False, 6.06e-3 + 6e-4)])   # the sum
+def test_step_time_on_a_case_computed_by_hand(overlap, seconds):
+    assert cost.step_time(1e6, 100, LINK, k=4, flops_per_second=1e12,
+                          overlap=overlap) == pytest.approx(seconds,
+                                                            rel=1e-12)
+
+
+def test_step_time_of_a_compute_bound_step_and_of_one_device():
+    # compute 6 * 1e6 * 1e4 / 1e12 = 0.06 s, longer than the 6.06 ms of
+    # the allreduce; on one device there is nothing to send
+    assert cost.step_time(1e6, 1e4, LINK, k=4, flops_per_second=1e12) == \
+        pytest.approx(0.06, rel=1e-12)
+    assert cost.step_time(1e6, 100, LINK, k=1, flops_per_second=1e12,
+                          overlap=False) == pytest.approx(6e-4, rel=1e-12)
+    # bf16 gradients: half the bytes, 2*3*1e-5 + 1.5 * 2e6/1e9 = 3.06e-3
+    assert cost.step_time(1e6, 100, LINK, k=4, flops_per_second=1e12,
+                          bytes_per_param=2) == pytest.approx(3.06e-3,
+                                                              rel=1e-12)
+
+
+@pytest.mark.parametrize('k, q, batch', [
+    # C / beta = 1e12 / 1e9 = 1000 FLOPs per byte
+    (4, 4, 1000 * 1.5 * 4 / 6),   # 2(k-1)/k = 1.5: 1000 examples
+    (2, 2, 1000 * 1.0 * 2 / 6),   # 2(k-1)/k = 1: 333.3
+    (1, 4, 0.0)])                 # one device: nothing to wait for
+def test_critical_batch_on_cases_computed_by_hand(k, q, batch):
+    assert cost.critical_batch(1e12, LINK, k=k, bytes_per_param=q) == \
+        pytest.approx(batch, rel=1e-12)
+
+
+def test_at_the_critical_batch_compute_equals_the_bandwidth_term():
+    # With no latency, the step is compute-bound from that batch on
+    link = Link('no latency', 0.0, 450e9)
+    b = cost.critical_batch(989e12, link, k=8, bytes_per_param=2)
+    assert cost.compute_time(7e9, b, 989e12) == pytest.approx(
+        allreduce_time(2 * 7e9, 8, link), rel=1e-12)
+
+
+def test_critical_batch_of_an_h100_over_nvlink_4():
+    # 989e12 / 450e9 * 2 * 7/8 * 2 / 6 = 1282.0 tokens per GPU
+    assert cost.critical_batch(cost.GPUS['H100'].bf16, 'nvlink4', k=8,
+                               bytes_per_param=2) == pytest.approx(
+        1282.0, abs=0.1)
+
+
+def test_the_gpu_table_holds_the_dense_rates_of_the_data_sheets():
+    # bf16: half the "with sparsity" figure of the sheets (242, 624, 1979)
+    assert {name: (gpu.bf16, gpu.fp32) for name, gpu in cost.GPUS.items()} \
+        == {'L4': (121e12, 30.3e12), 'A100': (312e12, 19.5e12),
+            'H100': (989e12, 67e12)}
+
+
+@pytest.mark.parametrize('bad', [0, -1, math.nan, math.inf, '1e6', None,
+                                 True])
+@pytest.mark.parametrize('name', ['num_params', 'batch_size',
+                                  'flops_per_second'])
+def test_compute_time_rejects_a_bad_number(name, bad):
+    args = {'num_params': 1e6, 'batch_size': 100, 'flops_per_second': 1e12}
+    args[name] = bad
+    with pytest.raises(ValueError, match=rf'^{name} must be a finite '
+                       rf'number > 0, got '):
+        cost.compute_time(**args)
+
+
+@pytest.mark.parametrize('call', [
+    lambda: cost.step_time(1e6, 100, LINK, k=4, flops_per_second=1e12,
+                           bytes_per_param=0),
+    lambda: cost.critical_batch(1e12, LINK, k=4, bytes_per_param=-2)])
+def test_a_bad_number_of_bytes_per_parameter(call):
+    with pytest.raises(ValueError, match=r'^bytes_per_param must be a '
+                       r'finite number > 0, got '):
+        call()
+
+
+@pytest.mark.parametrize('k', [0, 2.5, True, None])
+def test_critical_batch_rejects_a_bad_number_of_devices(k):
+    with pytest.raises(ValueError, match=r'k, the number of devices, must '
+                       r'be an int >= 1, got'):
+        cost.critical_batch(1e12, LINK, k=k)
+
+
+def test_critical_batch_of_an_unknown_link_names_the_known_ones():
+    with pytest.raises(ValueError, match=r"^Unknown link 'nvlink5': use "
+                       r'one of pcie3, '):
+        cost.critical_batch(1e12, 'nvlink5', k=8)
+
+
+def test_plot_step_time_draws_each_link_overlapped_and_not(backend):
+    backend.plot_step_time(1e6, 1e12, k=4, measured=(256, 0.01),
+                           links=['pcie4', LINK])
+    ax, = plt.gcf().axes
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines[::2][:2]] == [
+        'PCIe 4.0 x16', 'test link']
+    assert [line.get_linestyle() for line in lines[:4]] == [
+        '-', ':', '-', ':']
+    xs = lines[2].get_xdata()
+    assert xs[0] == 1 and xs[-1] == pytest.approx(4096)
+    assert list(lines[2].get_ydata()) == pytest.approx(
+        [max(6e6 * b / 1e12, allreduce_time(4e6, 4, LINK)) for b in xs])
+    assert list(lines[3].get_ydata()) == pytest.approx(
+        [6e6 * b / 1e12 + allreduce_time(4e6, 4, LINK) for b in xs])
+    assert lines[4].get_label() == 'compute alone'
+    assert list(lines[4].get_ydata()) == pytest.approx(
+        [6e6 * b / 1e12 for b in xs])
+    assert (lines[5].get_label(), list(lines[5].get_xdata()),
+            list(lines[5].get_ydata())) == ('measured here', [256], [0.01])
+
+
+def test_matmul_rate_is_positive_and_finite(backend):
+    device = backend.try_devices(1)[0]
+    rate = backend.matmul_rate(device, n=64, repeat=2)
+    assert math.isfinite(rate) and rate > 0
+
+
+def test_matmul_rate_is_2_n_cubed_over_the_best_time(backend, monkeypatch):
+    class Timer:  # the times of three products, the second the best
+        def __init__(self):
+            self.times = []
+
+        def start(self):
+            pass
+
+        def stop(self):
+            self.times.append([0.5, 0.25, 0.3][len(self.times)])
+
+    monkeypatch.setattr(backend.module, 'Timer', Timer)
+    rate = backend.matmul_rate(backend.try_devices(1)[0], n=64, repeat=3)
+    assert rate == 2 * 64 ** 3 / 0.25

@@ -173,6 +173,50 @@ def test_gpipe_schedule_and_its_bubble(k, m):
         sharding.bubble_fraction(k, m))
 
 
+
+@pytest.mark.parametrize('k,m,v', [(1, 3, 2), (2, 4, 1), (2, 4, 2),
+                                   (2, 6, 3), (3, 6, 2), (4, 8, 2),
+                                   (4, 8, 4), (4, 12, 3)])
+def test_interleaved_schedule_and_its_bubble(k, m, v):
+    """Every pass of every chunk once, each after the pass it needs, one
+    pass per device and tick, chunk c on device c % k; the idle slots
+    counted are exactly the formula (k - 1) / (v m + k - 1)."""
+    from fractions import Fraction
+    ticks = sharding.interleaved_schedule(k, m, v)
+    work = [(kind, j, c) for tick in ticks for _d, kind, j, c in tick]
+    assert sorted(work) == sorted(itertools.product('BF', range(m),
+                                                    range(k * v)))
+    when = {(kind, j, c): t for t, tick in enumerate(ticks)
+            for _d, kind, j, c in tick}
+    for j, c in itertools.product(range(m), range(k * v)):
+        if c:
+            assert when['F', j, c] > when['F', j, c - 1]
+        if c < k * v - 1:
+            assert when['B', j, c] > when['B', j, c + 1]
+        assert when['B', j, c] > when['F', j, k * v - 1]
+    for tick in ticks:
+        assert len({d for d, _, _, _ in tick}) == len(tick)
+        assert all(d == c % k for d, _, _, c in tick)
+    slots = k * len(ticks)
+    idle = slots - len(work)
+    assert Fraction(idle, slots) == Fraction(k - 1, v * m + k - 1)
+    assert sharding.bubble_fraction(k, m, v) == pytest.approx(
+        (k - 1) / (v * m + k - 1))
+
+
+@pytest.mark.parametrize('k,m', [(1, 1), (2, 4), (3, 2), (4, 8)])
+def test_interleaved_schedule_with_one_chunk_is_gpipe(k, m):
+    gpipe = [sorted(tick) for tick in sharding.gpipe_schedule(k, m)]
+    one = [sorted((d, kind, j) for d, kind, j, _c in tick)
+           for tick in sharding.interleaved_schedule(k, m, 1)]
+    assert one == gpipe
+
+
+@pytest.mark.parametrize('k,m,v', [(2, 3, 2), (2, 4, 0), (2, 4, 1.5)])
+def test_interleaved_schedule_refuses_what_it_cannot_lay_out(k, m, v):
+    with pytest.raises(ValueError):
+        sharding.interleaved_schedule(k, m, v)
+
 def test_gpipe_step_gives_the_gradients_of_the_whole_batch(backend):
     devices = backend.try_devices(2)
     _seeded_params(backend)
@@ -245,6 +289,9 @@ def test_torch_pipelining_takes_the_step_of_gpipe_step(monkeypatch):
                               timeout=180, use_gpus=False, pipelined=True)
     assert len(piped.summary['losses']) == n // 128
     assert all(np.isfinite(piped.summary['losses']))
+    # GPipe: each stage holds the activations of all m = 4 micro-batches
+    assert piped.summary['schedule'] == 'gpipe'
+    assert [p['activations_in_flight'] for p in piped.processes] == [4, 4]
     devices = d2l.try_devices(2)
     torch.manual_seed(0)
     ours = [[p.to(d).requires_grad_() for p in params]
@@ -269,6 +316,47 @@ def test_torch_pipelining_takes_the_step_of_gpipe_step(monkeypatch):
     assert max(float((a - b.detach().cpu()).abs().max())
                for a, b in zip(before, flat)) > 1e-3
 
+
+
+def test_torch_1f1b_takes_the_same_step_with_fewer_activations(
+        monkeypatch):
+    """Schedule1F1B in two processes: the loss and the parameters after
+    step 1 of d2l.gpipe_step and one SGD step on the same batch (within
+    1e-5), with at most min(k, m) = 2 micro-batches of activations held
+    by a stage (stage 0 holds 2, the last stage 1), counted in the run."""
+    import torch
+    from d2lpar import distributed
+    from d2lpar import torch as d2l
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    lr, n, k, m = 0.2, 512, 2, 4
+    run = distributed.train('torch', 2, batch_size=128, lr=lr,
+                            num_epochs=1, num_train=n, num_test=256,
+                            timeout=180, use_gpus=False, pipelined='1f1b')
+    assert run.summary['schedule'] == '1f1b'
+    held = [p['activations_in_flight'] for p in run.processes]
+    assert held == [2, 1]
+    assert max(held) == min(k, m)
+    devices = d2l.try_devices(2)
+    torch.manual_seed(0)
+    ours = [[p.to(d).requires_grad_() for p in params]
+            for params, d in zip(d2l.pipeline_params(), devices)]
+    X_train, y_train = d2l.fashion_mnist_arrays(n, 256)[:2]
+    idx = run.processes[0]['first_shard_of_epoch'][0]
+    X, y = torch.from_numpy(X_train[idx]), torch.from_numpy(y_train[idx])
+    loss = d2l.gpipe_step(X, y, ours, devices=devices, num_microbatches=m)
+    assert loss == pytest.approx(run.summary['losses'][0], abs=1e-5)
+    d2l.sgd([p for params in ours for p in params], lr, 1)
+    theirs = run.first_step_params()
+    for s, params in enumerate(ours):
+        for i, p in enumerate(params):
+            np.testing.assert_allclose(theirs[f'{s}.{i}'],
+                                       p.detach().cpu().numpy(), atol=1e-5)
+
+
+def test_pipelined_takes_a_known_schedule():
+    from d2lpar import distributed
+    with pytest.raises(ValueError, match='1f1b'):
+        distributed.train('torch', 2, pipelined='zb')
 
 def test_mxnet_servers_hold_the_optimizer_state_in_shards(monkeypatch):
     """Adam on one server and on two (sharded=True): the same parameters
@@ -311,6 +399,34 @@ def test_collective_seconds():
         sharding.collective_seconds('broadcast', 1, 2, bandwidth=1.0)
 
 
+def test_all_to_all_by_hand():
+    # 4 devices, 8 bytes each, 1 byte/s, 1 s per message: 3 steps, each
+    # a message of 8/4 = 2 bytes: 3 * (1 + 2) = 9 s
+    assert sharding.collective_seconds('all_to_all', 8, 4, bandwidth=1.0,
+                                       latency=1.0) == 9.0
+    # 8 H100 over NVLink 4, 134,217,728 bytes of tokens per device:
+    # 7 * 3.4e-6 + 7/8 * 134217728 / 450e9 = 23.8 + 260.979 = 284.779 us
+    t = sharding.collective_seconds('all_to_all', 134217728, 8,
+                                    bandwidth=450e9, latency=3.4e-6)
+    assert t == pytest.approx(7 * 3.4e-6 + 7 / 8 * 134217728 / 450e9)
+    assert t == pytest.approx(284.779e-6, rel=1e-5)
+    # half an allreduce, and nothing to send on one device
+    assert t == pytest.approx(sharding.collective_seconds(
+        'allreduce', 134217728, 8, bandwidth=450e9, latency=3.4e-6) / 2)
+    assert sharding.collective_seconds('all_to_all', 100, 1,
+                                       bandwidth=1.0, latency=1.0) == 0
+
+
+@pytest.mark.parametrize('kind, num_bytes, k, field', [
+    ('all-to-all', 8, 4, 'kind'), ('alltoall', 8, 4, 'all_to_all'),
+    ('all_to_all', 8, 0, 'num_devices'), ('allreduce', 8, 2.5, 'num_devices'),
+    ('all_to_all', -1, 4, 'num_bytes'), ('all_gather', '8', 4, 'num_bytes')])
+def test_a_collective_of_bad_input_is_a_clear_error(kind, num_bytes, k,
+                                                     field):
+    with pytest.raises(ValueError, match=field):
+        sharding.collective_seconds(kind, num_bytes, k, bandwidth=1.0)
+
+
 @pytest.mark.parametrize('k, m, expected', [(1, 4, 0.0), (2, 4, 0.2),
                                             (4, 4, 3 / 7), (4, 16, 3 / 19)])
 def test_the_bubble_of_a_few_schedules_by_hand(k, m, expected):
@@ -321,3 +437,70 @@ def test_the_bubble_of_a_few_schedules_by_hand(k, m, expected):
 def test_a_bubble_of_no_schedule_is_a_clear_error(k, m):
     with pytest.raises(ValueError, match='num_stages and num_microbatches'):
         sharding.bubble_fraction(k, m)
+
+
+def test_fsdp_keeps_half_of_what_ddp_keeps(monkeypatch):
+    """DDP and FSDP (fully_shard) in two processes with Adam: each FSDP
+    process keeps exactly half the bytes of parameters, gradients and
+    optimizer state of a DDP process (every LeNet tensor has an even
+    number of rows), as d2l.zero_memory says for stages 0 and 3, k = 2;
+    and FSDP's profiled pass saw all-gathers and layers computing."""
+    from d2lpar import distributed
+    from d2lpar import torch as d2l
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    settings = dict(batch_size=256, lr=0.01, num_epochs=1, num_train=512,
+                    num_test=256, use_gpus=False, optimizer='adam')
+    ddp = distributed.train('torch', 2, **settings)
+    fsdp = distributed.train('torch', 2, sharded=True, **settings)
+    n = sum(a.size for a in ddp.first_step_params().values())
+    keys = {'parameters': 'parameter_bytes', 'gradients': 'gradient_bytes',
+            'optimizer': 'optimizer_bytes'}
+    for run, stage in [(ddp, 0), (fsdp, 3)]:
+        formula = d2l.zero_memory(n, 2, stage)  # fp32 with Adam
+        for p in run.processes:
+            assert {part: p[key] for part, key in keys.items()} == formula
+    for p in fsdp.processes:
+        assert p['seconds_all_gather'] > 0 and p['seconds_layers'] > 0
+        assert 0 <= p['seconds_overlap'] <= p['seconds_all_gather']
+
+
+def test_recomputation_keeps_less_and_computes_again():
+    """torch.utils.checkpoint on the lesson's MLP: the tensors saved for
+    the backward pass lose exactly the hidden layer, the MLP runs twice,
+    and the gradient is the same."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    from d2lpar import torch as d2l
+    torch.manual_seed(0)
+    flat = d2l.mlp_params()
+    X, y = torch.randn(64, 784), torch.randint(0, 10, (64,))
+    calls = []
+
+    def counted_mlp(X, params):
+        calls.append(1)
+        return d2l.mlp(X, params)
+
+    def step(recompute):
+        calls.clear()
+        params = flat.clone().requires_grad_()
+        kept = {}
+
+        def pack(t):
+            block = t.untyped_storage()
+            if block.data_ptr() != params.untyped_storage().data_ptr():
+                kept[block.data_ptr()] = block.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            if recompute:
+                out = checkpoint(counted_mlp, X, params, use_reentrant=True)
+            else:
+                out = counted_mlp(X, params)
+            loss = torch.nn.functional.cross_entropy(out, y)
+        loss.backward()
+        return sum(kept.values()), len(calls), params.grad
+
+    plain, again = step(False), step(True)
+    assert plain[0] - again[0] == 64 * 256 * 4  # the hidden layer
+    assert (plain[1], again[1]) == (1, 2)
+    assert torch.allclose(plain[2], again[2], atol=1e-6)
