@@ -21,7 +21,7 @@ class Event:
 
 
 KIND_COLORS = {'compute': 'tab:blue', 'copy': 'tab:orange',
-               'other': 'tab:gray'}
+               'communication': 'tab:red', 'other': 'tab:gray'}
 # What the legends call each kind (translated when drawn)
 KIND_LABELS = {'compute': N_('compute'), 'copy': N_('copy'),
                'other': N_('other'), 'communication': N_('communication')}
