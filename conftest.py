@@ -185,6 +185,14 @@ def pytest_configure(config):
         leftovers.mark_this_run()
 
 
+def _still_running(process):
+    import psutil
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:  # gone
+        return False
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
     if hasattr(session.config, 'workerinput'):
@@ -195,8 +203,18 @@ def pytest_sessionfinish(session):
     while (any(psutil.pid_exists(pid) for pid in _workers)
            and time.monotonic() < deadline):
         time.sleep(0.2)
-    found = leftovers.left_running(os.environ[leftovers.MARK],
-                                   but={os.getpid(), *_workers})
+    # What is left running is what still runs 10 s on, save Python's
+    # multiprocessing.resource_tracker: not a process of a test, but the
+    # helper that multiprocessing starts once per process that uses it
+    # (a pytest-xdist worker, a kernel); it ends when the last process
+    # holding its pipe has ended, cleaning up after them
+    found = [p for p in leftovers.left_running(
+        os.environ[leftovers.MARK], but={os.getpid(), *_workers})
+        if 'multiprocessing.resource_tracker' not in leftovers.describe(p)]
+    deadline = time.monotonic() + 10
+    while found and time.monotonic() < deadline:
+        time.sleep(0.5)
+        found = [p for p in found if _still_running(p)]
     if found:
         _left.extend(leftovers.describe(p) for p in found)
         leftovers.kill(found)
