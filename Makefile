@@ -28,7 +28,7 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	--sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: venv lab test test-unit test-notebooks notebooks check-notebooks \
-	figures slides bench clean messages dist test-reach
+	figures slides bench clean messages dist test-reach lint
 
 venv: $(STAMP)
 
@@ -97,7 +97,12 @@ TEST_ENV := OMP_NUM_THREADS=$(or $(OMP_NUM_THREADS),1)
 # does: its first run is nbval's, which is therefore not repeated here.
 CLASSROOM := --ignore=notebooks/en/pytorch/multiple-gpus.ipynb \
 	--ignore=notebooks/en/mxnet/multiple-gpus.ipynb
-test: $(STAMP) check-notebooks
+# pycodestyle and pyflakes over the package, the tools and the tests
+# (ruff; the rules are in pyproject.toml).
+lint: $(STAMP)
+	$(PY) -m ruff check d2lpar tools tests conftest.py
+
+test: $(STAMP) check-notebooks lint
 	$(TEST_ENV) $(PY) -m pytest tests notebooks $(CLASSROOM) $(NBVAL_FLAGS) \
 		$(PYTEST_FLAGS)
 

@@ -196,7 +196,7 @@ def _templates():
     yy, xx = np.mgrid[0:28, 0:28]
     out = np.zeros((10, 28, 28))
     for c in range(10):
-        for _ in range(3):
+        for _blob in range(3):
             cy, cx = rng.uniform(6, 22, 2)
             sy, sx = rng.uniform(2, 7, 2)
             out[c] += np.exp(-((yy - cy) / sy) ** 2 - ((xx - cx) / sx) ** 2)

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from d2lpar.i18n import N_, _, error_message
+from d2lpar.i18n import N_, _
 from d2lpar.scripts import check_data_order, say_resumed
 
 

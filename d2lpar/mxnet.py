@@ -322,8 +322,11 @@ class Residual(nn.HybridBlock):
                                strides=strides, in_channels=in_channels)
         self.conv2 = nn.Conv2D(out_channels, kernel_size=3, padding=1,
                                in_channels=out_channels)
-        self.conv3 = nn.Conv2D(out_channels, kernel_size=1, strides=strides,
-                               in_channels=in_channels) if use_1x1conv else None
+        if use_1x1conv:
+            self.conv3 = nn.Conv2D(out_channels, kernel_size=1,
+                                   strides=strides, in_channels=in_channels)
+        else:
+            self.conv3 = None
         self.bn1 = nn.BatchNorm(in_channels=out_channels)
         self.bn2 = nn.BatchNorm(in_channels=out_channels)
 

@@ -67,7 +67,7 @@ def best_seconds(fn, synchronize, repeat):
     """The shortest of `repeat` runs of ``fn()``, each timed until
     ``synchronize()`` says the devices are done, in seconds."""
     best = float('inf')
-    for _ in range(repeat):
+    for _run in range(repeat):
         start = time.perf_counter()
         fn()
         synchronize()

@@ -3,7 +3,6 @@ epoch (each epoch still sees every example once): a loop that repeats one
 order learns worse, and no accuracy test would notice it in one epoch.
 Lesson 4's scripts: tests/test_distributed.py."""
 import numpy as np
-import pytest
 
 NUM_TRAIN, BATCH = 96, 16
 

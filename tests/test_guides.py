@@ -22,8 +22,8 @@ STALE = {
            r'nous verrons pourquoi'],
     'tr': [r'hiç örtüşme olmaz', r'MXNet hiç kazanmaz',
            r'MXNet dizüstümde', r'örtüşme yok', r'nedenini göreceğiz'],
-    'zh': [r'MXNet 完全没有重叠', r'MXNet 没有收益', r'MXNet 的计算和复制没有重叠',
-           r'没有重叠（原因后面会讲到）'],
+    'zh': [r'MXNet 完全没有重叠', r'MXNet 没有收益',
+           r'MXNet 的计算和复制没有重叠', r'没有重叠（原因后面会讲到）'],
 }
 # The engine's prioritised threads, in each language's own words
 PRIORITISED = {

@@ -398,8 +398,9 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
              'on': 'cpu'} for b in (1024, 4096)]
     cost.plot_cost_model(rows, links=['pcie4'])
     ax = plt.gcf().axes[0]
-    assert ax.get_title() == ('allreduce sur 2 périphériques\u00a0: '
-                              "l'anneau selon le modèle de coût et cette machine")
+    assert ax.get_title() == (
+        'allreduce sur 2 périphériques\u00a0: '
+        "l'anneau selon le modèle de coût et cette machine")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         'PCIe 4.0 x16', 'mesuré ici\u00a0: ring']
     plots.plot_allreduce(rows, copy_bandwidth=2e10)
@@ -421,7 +422,8 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
     speak('zh')
     runs.device_options('torch', 2, 2, use_gpus=False)
     assert capsys.readouterr().out.strip() == (
-        '按要求（use_gpus=False），2 个进程都在 CPU 上运行，尽管本机有 2 个 GPU。')
+        '按要求（use_gpus=False），2 个进程都在 CPU 上运行，'
+        '尽管本机有 2 个 GPU。')
 
 
 def _main_source(script):

@@ -127,7 +127,7 @@ def test_the_shared_code_belongs_to_each_backend(backend, monkeypatch):
     assert d2l.train.__globals__ is vars(d2l)
     assert d2l.train.__module__ == f'd2lpar.{backend}'
     assert inspect.getsourcefile(d2l.train) == d2l.__file__
-    assert d2l.__doc__.startswith(f'd2lpar for ')  # not replaced
+    assert d2l.__doc__.startswith('d2lpar for ')  # not replaced
     seen = []
     monkeypatch.setattr(d2l, 'get_params',
                         lambda params, device: seen.append(device) or 1 / 0)

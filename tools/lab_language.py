@@ -27,7 +27,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PLUGIN = '@jupyterlab/translation-extension:plugin'
-# language -> the locale of its pack (requirements/lock-py3.X.txt); en is built in
+# language -> the locale of its pack (requirements/lock-py3.X.txt); en is
+# built in
 PACKS = {'fr': 'fr_FR', 'tr': 'tr_TR', 'zh': 'zh_CN', 'en': 'en'}
 LOCALE_VARIABLES = ('LC_ALL', 'LC_MESSAGES', 'LANG')
 

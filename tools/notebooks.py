@@ -42,8 +42,9 @@ languages and the other framework. Headings ``#``, ``##`` and ``###``
 start markdown cells, marked for slideshows (cell metadata
 ``slideshow.slide_type``): the title and each ``##`` section a slide, each
 ``###`` a sub-slide, the header skipped; tools/slides.py and JupyterLab's
-RISE read them (RISE also reads the notebook's ``rise`` settings). Only the outputs of ``#@check`` cells
-are stored; nothing else that running a notebook changes.
+RISE read them (RISE also reads the notebook's ``rise`` settings). Only
+the outputs of ``#@check`` cells are stored; nothing else that running a
+notebook changes.
 """
 import functools
 import json
@@ -81,7 +82,8 @@ INSTALL_WORDS = {
            'wheel dosyasından kurun: yalnızca eksik olanı ekler, kurulu',
            "torch'a ve numpy'ye dokunmaz."),
     'zh': ('在已经装有 PyTorch 的环境中（Colab、计算集群、conda），',
-           '可以从本仓库或 `make dist` 生成的 pip 安装包（wheel）安装 d2lpar：',
+           '可以从本仓库或 `make dist` 生成的 pip 安装包（wheel）'
+           '安装 d2lpar：',
            '它只补装缺少的包，不改动已经安装的 torch 和 numpy。'),
 }
 BEGIN_SOLUTIONS, END_SOLUTIONS = ':begin_solutions:', ':end_solutions:'

@@ -88,7 +88,7 @@ def main(argv=None):
     notebooks.main(['', 'build'])
     for src in args.sources:
         src = src.resolve()
-        lang, chapter = src.parent.name, src.stem
+        chapter = src.stem
         new = {}
         for fw in args.framework or notebooks.FRAMEWORKS:
             nb = src.parent / fw / f'{chapter}.ipynb'

@@ -24,7 +24,8 @@ relative paths. Copy the whole folder (to a USB stick, a shared drive) and
 open a slideshow with a browser: no server and no network needed.
 
 The slides show the code and the outputs that the lesson checks, not the
-run itself; run the lesson in JupyterLab for live output (RISE, docs/handbook.md).
+run itself; run the lesson in JupyterLab for live output (RISE,
+docs/handbook.md).
 """
 import argparse
 import html

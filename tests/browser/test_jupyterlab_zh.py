@@ -111,8 +111,9 @@ def test_chinese_lesson_in_chinese_jupyterlab(lab_server_zh, browser,
         assert not bad, 'the chart cell wrote:\n' + '\n---\n'.join(bad)
         assert cell['img'] and cell['img']['width'] > 100 \
             and cell['img']['height'] > 100, f'no chart shown: {cell}'
-        page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) '
-                     '.jp-OutputArea-output img').first.scroll_into_view_if_needed()
+        image = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) '
+                             '.jp-OutputArea-output img').first
+        image.scroll_into_view_if_needed()
         assert 'Saving file at' not in server.log(), \
             'JupyterLab saved the notebook into the repository'
     finally:

@@ -47,7 +47,7 @@ def load_line(notes):
     peak = max([load for _, load in notes['loadavg_trace']],
                default=notes['loadavg_end'])
     busy = notes['cpu_busy_before']
-    line = (f'CPU busy with other work in the second before the run: '
+    line = ('CPU busy with other work in the second before the run: '
             + ('unknown' if busy is None else f'{busy:.0%}')
             + f'; load average (1 min) before it {notes["loadavg_start"]:.1f}'
             f', highest seen during it {peak:.1f}.')

@@ -59,7 +59,6 @@ def worker_gloo_allreduce(spec):
     """One rank of max(counts): for each k, the first k ranks form a group
     and time best-of-N torch.distributed.all_reduce per size, with a
     barrier before each; a run's time is that of the slowest rank."""
-    import torch
     dist = init_gloo(spec)
     rank, rows = spec['rank'], []
     try:
