@@ -3,6 +3,7 @@ torchrun on 127.0.0.1, stopped with all its processes when one fails or
 the time runs out (d2lpar.launch); torchrun's summary names the failed
 rank.
 """
+import os
 import re
 import subprocess
 import sys
@@ -34,10 +35,41 @@ def torch_failure(log):
     return int(rank[1]), code[1] if code else '?', error
 
 
+def run_module(module, args, out_dir, num_processes, timeout, failed):
+    """Run ``python -m <module> <args>`` in `num_processes` processes under
+    torchrun on 127.0.0.1, its logs in `out_dir`, and wait up to `timeout`
+    seconds. A run that fails, or is still running then, is stopped with
+    all its processes and raises RuntimeError: the message `failed`
+    (marked with N_, with the fields {n} and {code}), then the end of
+    torchrun's log. A crash on the way out, once the run had written
+    `out_dir`/result.json, is only reported: PyTorch's teardown crash
+    ("terminate called without an active exception", SIGABRT) can hit a
+    process after everything else is done."""
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
+           '--nproc-per-node', str(num_processes), '--rdzv-backend', 'c10d',
+           '--rdzv-endpoint', f'{HOST}:{free_port()}', '-m', module, *args]
+    with Processes(out_dir) as processes:
+        proc = processes.start('torchrun', cmd, python_env())
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            code = 'timeout'
+        done = os.path.exists(os.path.join(out_dir, 'result.json'))
+        failure = torch_failure(processes.logs['torchrun'])
+        if code != 0 and done and failure:
+            print(_('d2lpar: rank {rank} crashed while shutting down, '
+                    'after writing all its results ({error}); the run '
+                    'itself is complete.').format(
+                rank=failure[0], error=failure[2]), flush=True)
+        elif code != 0:
+            raise RuntimeError(
+                error_message(failed, n=num_processes, code=code) + '\n'
+                + processes.tail('torchrun', 40))
+
+
 def _results_written(out_dir, num_workers):
     """Whether the run in `out_dir` wrote every result: result.json and
     each rank's rank<r>.json (prepare() removed those of former runs)."""
-    import os
     names = ['result.json'] + [f'rank{r}.json' for r in range(num_workers)]
     return all(os.path.exists(os.path.join(out_dir, n)) for n in names)
 

@@ -19,15 +19,13 @@ OUT/events-RANK.json; rank 0 then writes OUT/result.json.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 from d2lpar import timeline as _timeline
-from d2lpar.ddp_launch import torch_failure
-from d2lpar.i18n import _, error_message
-from d2lpar.launch import HOST, Processes, free_port, python_env
+from d2lpar.ddp_launch import run_module
+from d2lpar.i18n import N_, _
 from d2lpar.scripts import write_json
 
 BACKWARD = 'autograd::engine::evaluate_function: '  # the autograd events
@@ -89,34 +87,12 @@ def run(bucket_caps_mb, width=8, batch_size=64, steps=2, num_processes=2,
     Returns one `OverlapRun` per bucket size, the events of all the
     processes on one timeline (seconds from the first one)."""
     with tempfile.TemporaryDirectory(prefix='d2lpar-overlap-') as out:
-        cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes',
-               '1', '--nproc-per-node', str(num_processes), '--rdzv-backend',
-               'c10d', '--rdzv-endpoint', f'{HOST}:{free_port()}',
-               '-m', 'd2lpar.ddp_overlap', '--out', out,
-               '--width', str(width), '--batch-size', str(batch_size),
-               '--steps', str(steps),
-               '--bucket-cap-mb', *[str(c) for c in bucket_caps_mb]]
-        with Processes(out) as processes:
-            proc = processes.start('torchrun', cmd, python_env())
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                code = 'timeout'
-            done = os.path.exists(os.path.join(out, 'result.json'))
-            failure = torch_failure(processes.logs['torchrun'])
-            if code != 0 and done and failure:
-                # PyTorch's teardown crash after all results were written
-                # (see d2lpar.ddp_launch): the run itself is complete
-                print(_('d2lpar: rank {rank} crashed while shutting down, '
-                        'after writing all its results ({error}); the run '
-                        'itself is complete.').format(
-                    rank=failure[0], error=failure[2]), flush=True)
-            elif code != 0:
-                raise RuntimeError(error_message(
-                    'The traced DDP run in {n} processes failed ({code}): '
-                    'stopped all its processes. End of its log:',
-                    n=num_processes, code=code)
-                    + '\n' + processes.tail('torchrun', 40))
+        run_module('d2lpar.ddp_overlap', [
+            '--out', out, '--width', str(width), '--batch-size',
+            str(batch_size), '--steps', str(steps), '--bucket-cap-mb',
+            *[str(c) for c in bucket_caps_mb]], out, num_processes, timeout,
+            N_('The traced DDP run in {n} processes failed ({code}): '
+               'stopped all its processes. End of its log:'))
         spans = []  # (cap, rank, name, kind, start, end)
         for rank in range(num_processes):
             with open(os.path.join(out, f'events-{rank}.json')) as f:

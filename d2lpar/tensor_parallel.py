@@ -19,15 +19,13 @@ counted in the forward and in the backward pass).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
-from d2lpar.ddp_launch import torch_failure
-from d2lpar.i18n import _, error_message
-from d2lpar.launch import HOST, Processes, free_port, python_env
+from d2lpar.ddp_launch import run_module
+from d2lpar.i18n import N_
 from d2lpar.scripts import write_json, write_npz
 
 SHAPES = {'W1': (784, 256), 'b1': (256,), 'W2': (256, 10), 'b2': (10,)}
@@ -51,34 +49,11 @@ def run(X, y, flat, num_processes=2, timeout=120):
         np.savez(os.path.join(out, 'inputs.npz'),
                  X=X.reshape(len(X), -1), y=_numpy(y).astype(np.int64),
                  flat=_numpy(flat).astype(np.float32))
-        cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes',
-               '1', '--nproc-per-node', str(num_processes), '--rdzv-backend',
-               'c10d', '--rdzv-endpoint', f'{HOST}:{free_port()}',
-               '-m', 'd2lpar.tensor_parallel',
-               '--inputs', os.path.join(out, 'inputs.npz'), '--out', out]
-        with Processes(out) as processes:
-            proc = processes.start('torchrun', cmd, python_env())
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                code = 'timeout'
-            done = os.path.exists(os.path.join(out, 'result.json'))
-            failure = torch_failure(processes.logs['torchrun'])
-            if code != 0 and done and failure:
-                # Every process got past the barrier after the results were
-                # written, then one died on its way out: PyTorch's teardown
-                # crash ("terminate called without an active exception",
-                # SIGABRT; see d2lpar.ddp_launch). The run is complete
-                print(_('d2lpar: rank {rank} crashed while shutting down, '
-                        'after writing all its results ({error}); the run '
-                        'itself is complete.').format(
-                    rank=failure[0], error=failure[2]), flush=True)
-            elif code != 0:
-                raise RuntimeError(error_message(
-                    'The tensor-parallel run in {n} processes failed ({code})'
-                    ': stopped all its processes. End of its log:',
-                    n=num_processes, code=code)
-                    + '\n' + processes.tail('torchrun', 40))
+        run_module('d2lpar.tensor_parallel', [
+            '--inputs', os.path.join(out, 'inputs.npz'), '--out', out], out,
+            num_processes, timeout,
+            N_('The tensor-parallel run in {n} processes failed ({code}): '
+               'stopped all its processes. End of its log:'))
         with np.load(os.path.join(out, 'result.npz')) as arrays:
             result = {'output': arrays['output'],
                       'loss': float(arrays['loss']),
