@@ -20,6 +20,8 @@ tools/notebooks.py calls `build` and `check` (stdlib only)::
 """
 import re
 
+from lesson_source import SourceError, parse  # tools/lesson_source.py
+
 # The lessons, in the order of the course.
 LESSONS = ('auto-parallelism', 'multiple-gpus', 'multiple-gpus-concise',
            'distributed', 'beyond-data-parallelism')
@@ -40,16 +42,15 @@ def saved(source_text, fw, where):
     up to the next one that is not indented (trailing blank lines cut);
     the text of a block of ``#@tab all`` starts with a comment that says
     so."""
-    import notebooks  # tools/notebooks.py, for its parser
     blocks = []
-    for kind, tab, body, at in notebooks.parse(source_text, where):
+    for kind, tab, body, at in parse(source_text, where):
         if kind != 'input' or tab not in (fw, 'all'):
             continue
         for n, line in enumerate(body):
             if line.strip() != '#@save':
                 continue
             if n + 1 == len(body):
-                raise notebooks.SourceError(f'{at}: #@save ends the cell')
+                raise SourceError(f'{at}: #@save ends the cell')
             block = [body[n + 1]]
             for more in body[n + 2:]:
                 if more and not more[0].isspace():
@@ -59,7 +60,7 @@ def saved(source_text, fw, where):
                 block.pop()
             name = _NAME.match(block[0])
             if not name:
-                raise notebooks.SourceError(
+                raise SourceError(
                     f'{at}: #@save must precede a def, a class or an '
                     f'assignment, not {block[0]!r}')
             if tab == 'all' != fw:

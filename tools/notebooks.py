@@ -52,7 +52,9 @@ import pathlib
 import re
 import sys
 
-import library  # noqa: E402 (tools/library.py)
+import library  # tools/library.py: the #@save code of d2lpar
+from lesson_source import (  # tools/lesson_source.py: the parser
+    HEADING, SourceError, parse)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
 LANGS = {'en': 'English', 'fr': 'Français', 'tr': 'Türkçe', 'zh': '中文'}
@@ -61,10 +63,6 @@ HEADER_WORDS = {'en': ('Language: ', 'Framework: '),
                 'fr': ('Langue\u00a0: ', 'Framework\u00a0: '),
                 'tr': ('Dil: ', 'Çerçeve: '),
                 'zh': ('语言：', '框架：')}
-FENCE = re.compile(r'^```\{\.python \.(input|output)\}\s*$')
-TAB = re.compile(r'^#@tab (pytorch|mxnet|all)\s*$')
-BEGIN_TAB = re.compile(r'^:begin_tab:`(pytorch|mxnet)`\s*$')
-HEADING = re.compile(r'^(#{1,3}) ')
 # The second cell of every notebook: the line that installs d2lpar where
 # PyTorch (or MXNet) is already installed, commented out as in the book.
 INSTALL_WORDS = {
@@ -86,7 +84,6 @@ INSTALL_WORDS = {
            '安装 d2lpar：',
            '它只补装缺少的包，不改动已经安装的 torch 和 numpy。'),
 }
-BEGIN_SOLUTIONS, END_SOLUTIONS = ':begin_solutions:', ':end_solutions:'
 # The title of a solutions notebook ("<lesson title>: Solutions") and the
 # link back to the lesson, in each language.
 SOLUTIONS_WORDS = {'en': (': Solutions', 'Lesson: '),
@@ -97,88 +94,6 @@ SOLUTIONS_WORDS = {'en': (': Solutions', 'Lesson: '),
 # the title and every `## ` section; every `### ` is a sub-slide below it.
 SLIDE_TYPES = {1: 'slide', 2: 'slide', 3: 'subslide'}
 RISE = {'scroll': True, 'theme': 'white'}
-
-
-class SourceError(ValueError):
-    pass
-
-
-def parse(text, where, part='lesson'):
-    """Split a source into blocks: ('md', fw|None, text, None) and
-    ('input'|'output', fw, lines, 'where:line'), those of the lesson
-    (part='lesson') or those between :begin_solutions: and
-    :end_solutions: (part='solutions')."""
-    blocks, prose, tab = [], [], None
-    lines = text.splitlines()
-    i = 0
-    inside, opened = False, None  # in the solutions block; its line
-
-    def keep():
-        return inside == (part == 'solutions')
-
-    def flush():
-        if ''.join(prose).strip() and keep():
-            blocks.append(('md', tab, '\n'.join(prose).strip('\n'), None))
-        prose.clear()
-
-    while i < len(lines):
-        line = lines[i]
-        m = FENCE.match(line)
-        if m:
-            flush()
-            end = i + 1
-            while end < len(lines) and lines[end] != '```':
-                end += 1
-            if end == len(lines):
-                raise SourceError(f'{where}:{i + 1}: unclosed code fence')
-            body = lines[i + 1:end]
-            t = TAB.match(body[0]) if body else None
-            if not t:
-                raise SourceError(f'{where}:{i + 2}: a fence must start '
-                                  f'with #@tab pytorch|mxnet|all')
-            if inside and '#@check' in body:
-                raise SourceError(f'{where}:{i + 1}: #@check in the '
-                                  f'solutions: their outputs are not compared '
-                                  f'(tools/pin_outputs.py pins the lessons)')
-            if keep():
-                blocks.append((m.group(1), t.group(1), body[1:],
-                               f'{where}:{i + 1}'))
-            i = end + 1
-            continue
-        if line.strip() in (BEGIN_SOLUTIONS, END_SOLUTIONS):
-            begin = line.strip() == BEGIN_SOLUTIONS
-            if tab:
-                raise SourceError(f'{where}:{i + 1}: {line.strip()} inside '
-                                  f'a tab ({tab}); close the tab first')
-            if begin and opened:
-                raise SourceError(f'{where}:{i + 1}: a second '
-                                  f'{BEGIN_SOLUTIONS} (one block per lesson)')
-            if not begin and not inside:
-                raise SourceError(f'{where}:{i + 1}: {END_SOLUTIONS} without '
-                                  f'{BEGIN_SOLUTIONS}')
-            flush()
-            inside = begin
-            opened = opened or i + 1
-            i += 1
-            continue
-        b = BEGIN_TAB.match(line)
-        if b:
-            flush()
-            tab = b.group(1)
-        elif line.strip() == ':end_tab:':
-            flush()
-            tab = None
-        elif HEADING.match(line):
-            flush()  # a heading starts a new markdown cell
-            prose.append(line)
-        else:
-            prose.append(line)
-        i += 1
-    if inside:
-        raise SourceError(f'{where}:{opened}: {BEGIN_SOLUTIONS} without '
-                          f'{END_SOLUTIONS}')
-    flush()
-    return blocks
 
 
 def header(lang, fw, chapter, solutions_of=None):

@@ -23,6 +23,7 @@ import nbformat
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import lesson_source  # noqa: E402  (tools/lesson_source.py)
 import notebooks  # noqa: E402  (tools/notebooks.py)
 
 
@@ -47,13 +48,13 @@ def pin(text, new):
     result, seen, owner = [], {fw: -1 for fw in notebooks.FRAMEWORKS}, {}
     i = 0
     while i < len(lines):
-        m = notebooks.FENCE.match(lines[i])
+        m = lesson_source.FENCE.match(lines[i])
         if not m:
             result.append(lines[i])
             i += 1
             continue
         end = lines.index('```', i + 1)
-        tab = notebooks.TAB.match(lines[i + 1]).group(1)
+        tab = lesson_source.TAB.match(lines[i + 1]).group(1)
         fws = list(notebooks.FRAMEWORKS) if tab == 'all' else [tab]
         body = lines[i + 2:end]
         if m.group(1) == 'input':
