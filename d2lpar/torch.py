@@ -126,7 +126,7 @@ def train_concise(net, devices, *, batch_size, lr, num_epochs=10,
                 fit(net.to(devices[0]), net, devices[0], rank=0,
                     world_size=1, **settings, report=report)
         else:
-            _run_processes(net, devices, settings, report)
+            _run_processes(ddp_worker, net, devices, settings, report)
             net.to(devices[0]).eval()  # as `fit` leaves it on one device
 
     return _training.run_concise(devices, batch_size, num_epochs, num_train,

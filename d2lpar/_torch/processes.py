@@ -15,12 +15,11 @@ from d2lpar import launch as _launch
 from d2lpar.i18n import error_message
 
 
-def _quiet_worker(rank, *args):
-    """`ddp_worker`, with the data notices that the parent already
-    printed kept out of the notebook."""
-    from d2lpar import torch as d2l  # ddp_worker comes from the lesson
+def _quiet_worker(rank, worker, *args):
+    """``worker(rank, *args)`` (the lesson's `ddp_worker`), with the data
+    notices that the parent already printed kept out of the notebook."""
     with contextlib.redirect_stdout(io.StringIO()):
-        d2l.ddp_worker(rank, *args)
+        worker(rank, *args)
 
 
 def _check_importable(net):
@@ -68,11 +67,13 @@ class _Mailbox:
             self.received += 1
 
 
-def _run_processes(net, devices, settings, report, timeout=3600):
-    """Run `ddp_worker` in one spawned process per device, pass their
-    reports on as they come, and load the parameters rank 0 trained into
-    `net`. A failed process stops all of them, with its error; so does a
-    run in which no epoch ends for `timeout` seconds."""
+def _run_processes(worker, net, devices, settings, report, timeout=3600):
+    """Run `worker` (the lesson's `ddp_worker`, a function of
+    d2lpar.torch that the spawned processes import) in one spawned
+    process per device, pass their reports on as they come, and load the
+    parameters rank 0 trained into `net`. A failed process stops all of
+    them, with its error; so does a run in which no epoch ends for
+    `timeout` seconds."""
     _check_importable(net)
     net = net.cpu()
     with tempfile.TemporaryDirectory(prefix='d2lpar-') as folder:
@@ -80,7 +81,7 @@ def _run_processes(net, devices, settings, report, timeout=3600):
         procs = torch.multiprocessing.start_processes(
             _quiet_worker, nprocs=len(devices), join=False,
             start_method='spawn',
-            args=(len(devices), _launch.free_port(), net, devices,
+            args=(worker, len(devices), _launch.free_port(), net, devices,
                   settings, mailbox))
         state = _watch_processes(procs, mailbox, report, timeout)
     if state is None:
