@@ -11,7 +11,7 @@ from d2lpar.data import (  # noqa: F401
     DataError, data_dir, fashion_mnist_arrays)
 from d2lpar.runs import DistributedResult  # noqa: F401
 from d2lpar.i18n import (  # noqa: F401
-    pad, say_once, source_code, use_language)
+    fmt, pad, say_once, source_code, use_language)
 from d2lpar.plots import (  # noqa: F401
     Animator, plot_allreduce, plot_drift, plot_processes, plot_scaling,
     plot_timings, print_processes)
@@ -28,8 +28,9 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'plot_scaling', 'plot_timings', 'say_once', 'source_code',
           'use_language',
           # a column of a table, counted in display columns (a CJK
-          # character takes two)
-          'pad',
+          # character takes two); numbers as the lesson's language writes
+          # them
+          'pad', 'fmt',
           # the cost model of an allreduce (d2lpar.cost) and the drift
           # between runs on 1 and 2 devices
           'LINKS', 'Link', 'allreduce_time', 'format_seconds', 'gpu_link',

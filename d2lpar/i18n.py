@@ -101,13 +101,38 @@ class _LocalNumbers(string.Formatter):
     the numbers of the fields (not in fields converted with !r or !s)."""
 
     def __init__(self, lang):
+        self.lang = lang
         self.signs = {ord('.'): DECIMAL_SIGN[lang], ord(','): GROUP_SIGN[lang]}
 
     def format_field(self, value, format_spec):
         text = format(value, format_spec)
         if isinstance(value, numbers.Number) and not isinstance(value, bool):
             text = text.translate(self.signs)
+            if format_spec.endswith('%'):
+                text = _percent(text, self.lang)
         return text
+
+
+def _percent(text, lang):
+    """A percentage formatted by Python ('91,6%', perhaps padded) written
+    as `lang` writes it: '91,6 %' in French (a narrow no-break space
+    before the sign), '%91,6' in Turkish (the sign first, after a minus),
+    as is in English and Chinese. Padding stays where it was."""
+    body = text.strip()
+    if lang == 'fr':
+        new = body[:-1] + '\u202f%'
+    elif lang == 'tr':
+        sign = '-' if body.startswith('-') else ''
+        new = sign + '%' + body[len(sign):-1]
+    else:
+        return text
+    start = text.index(body)
+    before, after = text[:start], text[start + len(body):]
+    if len(new) > len(body) and before:  # padded: keep the width
+        before = before[1:]
+    elif len(new) > len(body) and after:
+        after = after[1:]
+    return before + new + after
 
 
 class Text(str):
@@ -121,7 +146,7 @@ class Text(str):
         return self
 
     def format(self, *args, **fields):
-        if DECIMAL_SIGN[self.lang] == '.' and GROUP_SIGN[self.lang] == ',':
+        if self.lang in ('en', 'zh'):  # Python's own signs
             return str.format(self, *args, **fields)
         return _LocalNumbers(self.lang).vformat(str(self), args, fields)
 
@@ -149,6 +174,16 @@ def number(value, spec=''):
     """`value` formatted with the format spec `spec` ('.3f', ...) and the
     decimal sign of the lesson's language."""
     return Text('{0:%s}' % spec, language()).format(value)
+
+
+def fmt(template, *args, **fields):
+    """``template.format(*args, **fields)``, with the numbers written as
+    the lesson's language writes them: the decimal sign and the grouping
+    of thousands ('0,0004', '6 000,00' in French, '6.000,00' in Turkish)
+    and percentages ('91,6 %' in French, '%91,6' in Turkish). The lessons
+    print every number through it, with the template in their language;
+    the code stays the same in every language."""
+    return str(Text(template, language()).format(*args, **fields))
 
 
 def N_(message):

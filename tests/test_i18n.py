@@ -20,6 +20,7 @@ from babel.messages.pofile import read_po
 from d2lpar import (checks, cost, data, ddp_launch, devices, distributed, i18n,
                     launch, plots, runs, scripts, sharding, timeline, timing,
                     training)
+from d2lpar import api as d2l_api
 
 ROOT = os.path.dirname(os.path.dirname(i18n.__file__))
 sys.path.insert(0, os.path.join(ROOT, 'tools'))
@@ -263,6 +264,25 @@ def test_numbers_follow_the_decimal_sign_of_the_language(lang, point,
     message = str(checks.diverged(0, 2.5))
     assert 'e.g. 0.25.' in message.split('(en)')[-1]
     assert '0.25' in message.split('\n')[0] and '2.5' in message
+
+
+@pytest.mark.parametrize('lang, expected', [
+    ('en', '91.6% | 6,000.00 MB | 0.0004 s |  50.0% | -5.0% '),
+    ('fr', '91,6\u202f% | 6\u202f000,00 MB | 0,0004 s | 50,0\u202f% |'
+           ' -5,0\u202f%'),
+    ('tr', '%91,6 | 6.000,00 MB | 0,0004 s |  %50,0 | -%5,0 '),
+    ('zh', '91.6% | 6,000.00 MB | 0.0004 s |  50.0% | -5.0% ')])
+def test_fmt_writes_numbers_as_the_language_does(lang, expected, speak):
+    # What the lessons print every number with: the template is the
+    # lesson's (translated) string, the code the same in every language
+    speak(lang)
+    line = d2l_api.fmt('{:.1%} | {:,.2f} MB | {:.4f} s | {:>6.1%} | '
+                       '{:<6.1%}', 0.916, 6000, 0.0004, 0.5, -0.05)
+    assert line == expected
+    assert i18n.display_width(line) == i18n.display_width(
+        expected)  # padded fields keep their width
+    assert d2l_api.fmt('{} of {n}', 'two', n=3) == 'two of 3'
+    assert d2l_api.fmt('{:d} processes', 2) == '2 processes'
 
 
 def test_a_bad_language_code_is_a_clear_error():
