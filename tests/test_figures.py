@@ -19,15 +19,17 @@ import figures  # noqa: E402
 
 IMG = NB / 'img'
 IMAGE = re.compile(r'!\[[^\]]*\]\(([^)\s]+)\)|<img [^>]*src="([^"]+)"')
-# Words a translated picture may share with the English one: names, the
-# collectives' English names (kept, per the glossaries) and French words
-# spelt as in English.
+# Words a translated picture may share with the English one: names (of
+# models, methods, functions and the optimizer Adam; fp of fp32), the
+# collectives' English names (kept, per the glossaries) and French or
+# Turkish words spelt as in English.
 SHARED = {'AlexNet', 'CPU', 'GPU', 'Krizhevsky', 'softmax', 'allreduce',
-          'reduce', 'scatter', 'all', 'gather'}
-SAME_WORD = {'fr': {'al', 'et', 'classes', 'convolution', 'gradient',
-                    'gradients', 'image', 'original', 'part', 'worker',
-                    'workers'},
-             'tr': set(), 'zh': set()}
+          'reduce', 'scatter', 'all', 'gather', 'ZeRO', 'FSDP', 'GPipe',
+          'ReLU', 'Adam', 'fp'}
+SAME_WORD = {'fr': {'al', 'et', 'classes', 'communication', 'convolution',
+                    'gradient', 'gradients', 'image', 'micro', 'original',
+                    'part', 'passes', 'worker', 'workers'},
+             'tr': {'model'}, 'zh': set()}
 
 
 def references(lang):
@@ -131,6 +133,32 @@ def test_the_committed_pictures_are_those_figures_py_draws(drawn, lang):
              (drawn / lang / name).read_bytes()]
     assert not stale, f'notebooks/img/{lang}/: {stale} differ from what ' \
                       f'tools/figures.py draws: run `make figures`'
+
+
+@pytest.mark.parametrize('k', [1, 2, 3, 4])
+def test_the_1f1b_schedule_of_the_picture_is_the_lessons(k):
+    """Every pass once, after the pass it needs; GPipe's bubble; at most
+    min(k, m) micro-batches held (lesson 5, "1F1B")."""
+    for m in range(1, 7):
+        ticks = figures.one_f_one_b(k, m)
+        when = {p: t for t, tick in enumerate(ticks) for p in tick}
+        assert sorted(when) == sorted((s, kind, j) for s in range(k)
+                                      for kind in 'BF' for j in range(m))
+        for (s, kind, j), t in when.items():
+            need = ((s - 1, 'F', j) if kind == 'F' else
+                    (s + 1, 'B', j) if s < k - 1 else (s, 'F', j))
+            assert need not in when or when[need] < t
+        idle = k * len(ticks) - len(when)
+        assert idle / (k * len(ticks)) == \
+            pytest.approx(figures.bubble_fraction(k, m))
+        assert figures.held(ticks, k) == min(k, m)
+    if k == 2:  # the picture's (m = 4): stage 0 waits for B0 and B3
+        rows = [' '.join(next((f'{kind}{j}' for s, kind, j in tick
+                               if s == d), '.')
+                         for tick in figures.one_f_one_b(k, 4))
+                for d in range(k)]
+        assert rows == ['F0 F1 . B0 F2 B1 F3 B2 . B3',
+                        '. F0 B0 F1 B1 F2 B2 F3 B3 .']
 
 
 def test_a_missing_glyph_stops_the_drawing():

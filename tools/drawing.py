@@ -155,7 +155,7 @@ def arrow(ax, a, b, color=INK, style='-|>', conn='arc3', **kw):
 
 def legend(ax, x, y, items, gap=0.25):
     """Draw a one-line legend of (colour, fill, label); no fill: arrow;
-    'dash': a dashed arrow."""
+    'dash': a dashed arrow. A legend wider than the figure is an error."""
     renderer = ax.figure.canvas.get_renderer()
     for color, fill, text in items:
         if fill is None or fill == 'dash':
@@ -166,6 +166,9 @@ def legend(ax, x, y, items, gap=0.25):
         t = ax.text(x + 0.38, y, text, va='center')
         x += 0.38 + t.get_window_extent(renderer).width / ax.figure.dpi \
             + gap
+    if x - gap > ax.get_xlim()[1]:
+        raise ValueError(f'the legend {[text for *_, text in items]} ends '
+                         f'at {x - gap:.2f} inches, past the figure')
 
 
 def badge(ax, x, y, step):

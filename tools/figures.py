@@ -14,16 +14,27 @@ and text only, and are written as SVG files into
 * ``mlp-dependencies.svg``: the dependencies of one training step of a
   two-layer MLP on a CPU and two GPUs;
 * ``ring-vs-server.svg``: the bytes each link carries in one step, ring
-  allreduce next to a parameter server, for four workers.
+  allreduce next to a parameter server, for four workers;
+* ``zero-partition.svg``: the model state that each of four devices
+  keeps with data parallelism and ZeRO-1, 2 and 3, to scale (fp32 with
+  Adam, the bytes of ``d2lpar.sharding.zero_memory``);
+* ``tensor-parallel.svg``: Megatron-LM's split of a two-layer MLP over two
+  devices, with its allreduces of the forward and the backward pass;
+* ``pipeline-schedules.svg``: GPipe, 1F1B and the interleaved schedule
+  on one clock, for 2 devices and 4 micro-batches (the schedules of
+  ``d2lpar.sharding``; 1F1B's by the same rule, here), with the bubble.
 
-Colours: GPU 1 blue, GPU 2 purple, CPU green, copies and communication
-orange, data grey. Text is drawn as paths, so a picture looks the same
-without the fonts: DejaVu Sans (matplotlib's own) for en, fr and tr; for
-zh, Noto Sans CJK SC from the pinned ``mplfonts`` package (installed
-with ``--no-deps``, see ``requirements-nodeps.txt``), registered with
-matplotlib's font manager. A glyph missing from the fonts, a label wider
-than its box, or a French colon without its no-break space stops the
-drawing with an error.
+Colours: GPU 1 (or device 0 of a schedule) blue, GPU 2 purple, CPU
+green, copies and communication orange, data and idle time grey; in
+ZeRO's picture, parameters blue, gradients red, optimizer state green. A
+forward pass is drawn pale, a backward pass in the full colour. Text is
+drawn as paths, so a picture looks the same without the fonts: DejaVu
+Sans (matplotlib's own) for en, fr and tr; for zh, Noto Sans CJK SC from
+the pinned ``mplfonts`` package (installed with ``--no-deps``, see
+``requirements-nodeps.txt``), registered with matplotlib's font manager.
+A glyph missing from the fonts, a label wider than its box, a legend
+wider than the picture, or a French colon without its no-break space
+stops the drawing with an error.
 
 The output is deterministic (a fixed ``svg.hashsalt``, no date): drawing
 again with the pinned matplotlib changes no byte, and
@@ -41,6 +52,7 @@ the kit of tools/drawing.py (fonts, words, boxes, arrows, `save`).
 """
 import argparse
 import copy
+import math
 import pathlib
 
 from drawing import (  # tools/drawing.py; sets matplotlib's backend first
@@ -48,8 +60,13 @@ from drawing import (  # tools/drawing.py; sets matplotlib's backend first
     arrow, badge, box, canvas, label, legend, number, save, tint, use_fonts,
     words)
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+from matplotlib.patches import (  # noqa: E402
+    FancyArrowPatch, FancyBboxPatch, Rectangle)
 from matplotlib.path import Path  # noqa: E402
+
+from d2lpar.sharding import (  # noqa: E402 (the lesson's own numbers)
+    FP32_ADAM, bubble_fraction, gpipe_schedule, interleaved_schedule,
+    zero_memory)
 
 
 LEVELS = [0.42 + 0.44 * k for k in range(5)]  # batch, layers 1 to 4
@@ -373,10 +390,242 @@ def ring_vs_server(w, lang, k=4):
     return fig
 
 
+# ZeRO's partition of the model state over k devices (after Rajbhandari
+# et al., 2020, figure 1), in fp32 with Adam as in the lesson's table:
+# each bar is one device's 16 bytes per parameter, drawn to scale.
+
+STATE = [('parameters', GPU1), ('gradients', 'tab:red'),
+         ('optimizer', CPU)]  # the keys of zero_memory, their colours
+
+
+def times_psi(x, lang):
+    """x Ψ bytes, written as in the lesson: 4Ψ, Ψ."""
+    return ('' if x == 1 else number(x, lang)) + 'Ψ'
+
+
+def zero_partition(w, lang, k=4):
+    fig, ax = canvas(8, 3.2)
+    label(ax, 4, 3.02, w['zerosetting'], 7.8, ha='center', fontsize=8)
+    unit, high, pitch = 0.062, 0.3, 0.52  # inches per byte, bar, row
+    full = sum(FP32_ADAM) * unit
+    left, gap = 1.75, 0.14
+    right = left + k * (full + gap)
+    for i in range(k):
+        label(ax, left + i * (full + gap) + full / 2, 2.72,
+              w['dev'].format(i), full, ha='center', fontsize=8,
+              weight='bold')
+    label(ax, right + 0.05, 2.72, w['perdevice'], 8 - right - 0.1,
+          fontsize=8, weight='bold')
+    rows = [w['dataparallel'], 'ZeRO-1', 'ZeRO-2', w['zero3']]
+    for stage, name in enumerate(rows):
+        y = 2.28 - pitch * stage  # bottom of the bars
+        label(ax, 0.1, y + high - 0.05, name, left - 0.2, fontsize=8,
+              weight='bold')
+        label(ax, 0.1, y + 0.02, w[f'shards{stage}'], left - 0.2,
+              fontsize=6.5)
+        held = zero_memory(1, k, stage)  # bytes per parameter, per device
+        for i in range(k):
+            x = left + i * (full + gap)
+            for (key, color), size in zip(STATE, FP32_ADAM):
+                if held[key] == size:  # whole on every device
+                    ax.add_patch(Rectangle((x, y), size * unit, high,
+                                           fc=tint(color, 0.8), ec='none'))
+                else:  # device i keeps shard i, the others keep the rest
+                    assert held[key] == size / k
+                    part = size * unit / k
+                    for s in range(k):
+                        ax.add_patch(Rectangle(
+                            (x + s * part, y), part, high, ec='white',
+                            lw=0.6, fc=tint(color, 0.8 if s == i else 0.12)))
+                x += size * unit
+            ax.add_patch(Rectangle((x - full, y), full, high, fc='none',
+                                   ec=INK, lw=0.8))
+        terms = [times_psi(held[key], lang) for key, _ in STATE]
+        label(ax, right + 0.05, y + high / 2, ' + '.join(terms) + ' = '
+              + times_psi(sum(held.values()), lang), 8 - right - 0.1)
+    legend(ax, 0.2, 0.32, [(color, 0.8, w[key]) for key, color in STATE]
+           + [(DATA, 0.12, w['elsewhere'])], gap=0.25)
+    return fig
+
+
+# Megatron-LM's split of a two-layer MLP over two devices (Shoeybi et
+# al., 2019, figure 3a): W1 by columns, W2 by rows, one allreduce in the
+# forward pass (of the partial sums) and one in the backward pass (of the
+# gradient of X).
+
+def split_matrix(ax, x, y, width, height, by):
+    """A small matrix cut in two halves, GPU 1's and GPU 2's, side by side
+    ('columns') or one above the other ('rows')."""
+    for i, color in enumerate((GPU1, GPU2)):
+        if by == 'columns':
+            cell = (x + i * width / 2, y), width / 2, height
+        else:
+            cell = (x, y + (1 - i) * height / 2), width, height / 2
+        ax.add_patch(Rectangle(*cell, fc=tint(color, 0.6), ec=INK, lw=0.6))
+
+
+def tensor_parallel(w, lang):
+    fig, ax = canvas(8, 3.75)
+    lanes = [(1, GPU1, 2.55), (2, GPU2, 0.95)]  # device, colour, centre
+    gap = (lanes[0][2] + lanes[1][2]) / 2  # between the lanes
+    for x, width, text in [(0.52, 0.95, w['xcopied']),
+                           (2.62, 1.75, w['bycols']),
+                           (4.45, 1.05, w['byrows']),
+                           (5.85, 1.2, w['fwdallreduce']),
+                           (7.35, 1.1, w['outputs'])]:
+        label(ax, x, 3.47, text, width, ha='center', fontsize=7.5,
+              weight='bold', linespacing=1.2)
+    split_matrix(ax, 1.5, 3.29, 0.2, 0.36, 'columns')  # W1: 784 x 256
+    split_matrix(ax, 3.7, 3.29, 0.12, 0.36, 'rows')  # W2: 256 x 10
+    X = box(ax, 0.15, gap - 0.22, 0.75, 0.44, '$X$', DATA, fontsize=9)
+    back = box(ax, 1.55, gap - 0.13, 1.8, 0.26, w['gradx'], COMM,
+               fill=None, fontsize=6.5)
+    back.set_linestyle('--')
+    total = box(ax, 5.2, gap - 0.48, 1.3, 0.96,
+                w['tpallreduce'] + '\n$Y = H^{(1)} W_2^{(1)}$\n'
+                '$+ H^{(2)} W_2^{(2)}$',
+                COMM, fontsize=7, linespacing=1.5)
+    for i, color, mid in lanes:
+        ax.add_patch(FancyBboxPatch(
+            (1.1, mid - 0.55), 6.85, 1.1, fc=tint(color, 0.08),
+            ec='none', zorder=0, boxstyle='round,pad=0,rounding_size=0.06'))
+        ax.text(1.24, mid, w['dev'].format(i), color=color, rotation=90,
+                ha='center', va='center', fontsize=8, weight='bold')
+        layer1 = box(ax, 1.45, mid - 0.2, 2.0, 0.4,
+                     f'$H^{{({i})}}$ = ReLU($X W_1^{{({i})}} + '
+                     f'b_1^{{({i})}}$)', color, fontsize=7)
+        note = mid + (0.36 if i == 1 else -0.36)  # away from the middle
+        label(ax, 2.45, note, w['nocomm'], 2.0, ha='center',
+              fontsize=6.5, style='italic')
+        layer2 = box(ax, 3.85, mid - 0.2, 1.0, 0.4,
+                     f'$H^{{({i})}} W_2^{{({i})}}$', color, fontsize=7)
+        label(ax, 4.35, note, w['partial'], 1.2, ha='center',
+              fontsize=6.5, style='italic')
+        out = box(ax, 6.85, mid - 0.2, 1.0, 0.4, '$Y + b_2$', color,
+                  fontsize=7)
+        arrow(ax, X, layer1)
+        arrow(ax, layer1, layer2)
+        arrow(ax, layer2, total, COMM)
+        arrow(ax, total, out, COMM)
+        arrow(ax, layer1, back, COMM, ls='--')
+    legend(ax, 1.2, 0.17, [(COMM, None, w['fwdnote']),
+                           (COMM, 'dash', w['bwdnote'])], gap=0.4)
+    return fig
+
+
+# The pipeline schedules of lesson 5 on one clock, for k = 2 devices and
+# m = 4 micro-batches: GPipe (d2l.gpipe_schedule), 1F1B and the
+# interleaved schedule with v = 2 chunks per device
+# (d2l.interleaved_schedule), whose ticks last half a stage.
+
+def one_f_one_b(k, m):
+    """The 1F1B schedule (Narayanan et al., 2019) as clock ticks of
+    (stage, 'F' or 'B', micro-batch), by the rule of
+    d2l.interleaved_schedule: at each tick a stage runs the next pass of
+    its list if the pass it needs ran at an earlier tick. Stage s runs
+    min(k - s, m) forward passes, then alternates a backward and a
+    forward pass, and ends with the backward passes left."""
+    todo = []
+    for s in range(k):
+        first = min(k - s, m)
+        order = [('F', j) for j in range(first)]
+        for j in range(m):
+            order.append(('B', j))
+            if first + j < m:
+                order.append(('F', first + j))
+        todo.append(order)
+    done, ticks = {}, []
+    while any(todo):
+        t, tick = len(ticks), []
+        for s in range(k):
+            if todo[s]:
+                kind, j = todo[s][0]
+                need = (s - 1, 'F', j) if kind == 'F' else (s + 1, 'B', j)
+                if kind == 'B' and s == k - 1:
+                    need = (s, 'F', j)
+                if not 0 <= need[0] < k or done.get(need, t) < t:
+                    tick.append((s, kind, j))
+                    todo[s].pop(0)
+        for s, kind, j in tick:
+            done[s, kind, j] = t
+        ticks.append(tick)
+    return ticks
+
+
+def held(ticks, k):
+    """The most micro-batches whose activations a device keeps at once
+    (forward passes done, backward passes not yet begun), over devices."""
+    most, now = 0, [0] * k
+    for tick in ticks:
+        for d, kind, *_ in tick:
+            now[d] += 1 if kind == 'F' else -1
+            most = max(most, now[d])
+    return most
+
+
+def pipeline_schedules(w, lang, k=2, m=4, v=2):
+    fig, ax = canvas(8, 4.5)
+    label(ax, 4, 4.32, w['pipesetting'].format(k=k, m=m), 7.8,
+          ha='center', fontsize=8)
+    x0, unit, high = 1.95, 0.58, 0.3  # time 0, inches per stage, row
+    gpipe = [[(s, kind, j, '') for s, kind, j in tick]
+             for tick in gpipe_schedule(k, m)]
+    one_f = [[(s, kind, j, '') for s, kind, j in tick]
+             for tick in one_f_one_b(k, m)]
+    chunked = [[(d, kind, j, 'abcdefgh'[c // k]) for d, kind, j, c in tick]
+               for tick in interleaved_schedule(k, m, v)]
+    assert held(gpipe, k) == m and held(one_f, k) == min(k, m)  # lesson 5
+    panels = [('GPipe', gpipe, 1, w['held'].format(held(gpipe, k))),
+              ('1F1B', one_f, 1, w['held'].format(held(one_f, k))),
+              (w['interleaved'].format(v), chunked, v, w['halftick'])]
+    end = max(len(ticks) / chunks for _, ticks, chunks, _ in panels)
+    for t in range(int(end) + 1):  # the clock, one line per stage's pass
+        ax.plot([x0 + unit * t] * 2, [0.62, 4.0], color=DATA, lw=0.4,
+                ls=':', zorder=0)
+        ax.text(x0 + unit * t, 0.52, str(t), ha='center', va='center',
+                color=INK, fontsize=6.5)
+    label(ax, x0 + unit * end / 2, 0.33, w['clock'], unit * end,
+          ha='center', fontsize=7)
+    for p, (name, ticks, chunks, note) in enumerate(panels):
+        top = 3.95 - 1.13 * p
+        slots = k * len(ticks)
+        idle = slots - sum(len(tick) for tick in ticks)
+        assert math.isclose(idle / slots, bubble_fraction(k, m, chunks))
+        label(ax, x0, top - 0.08, w['bubble'].format(
+            idle, slots, number(round(idle / slots, 3), lang), note),
+            8 - x0 - 0.1, fontsize=7)
+        label(ax, 0.1, top - 0.17 - high, name, 0.95, fontsize=8.5,
+              weight='bold')
+        size = unit / chunks
+        for d, color in enumerate((GPU1, GPU2)):
+            y = top - 0.2 - (high + 0.06) * (d + 1)
+            label(ax, x0 - 0.08, y + high / 2, w['dev'].format(d), 0.85,
+                  ha='right', fontsize=7.5, color=color, weight='bold')
+            for t, tick in enumerate(ticks):
+                x = x0 + size * t
+                mine = [c for c in tick if c[0] == d]
+                if not mine:  # a slot of the bubble
+                    slot = box(ax, x + 0.015, y, size - 0.03, high,
+                               color=DATA, fill=0.12, lw=0.8)
+                    slot.set_linestyle('--')
+                    continue
+                _, kind, j, chunk = mine[0]
+                box(ax, x + 0.015, y, size - 0.03, high, f'{kind}{j}{chunk}',
+                    color, 0.2 if kind == 'F' else 1, fontsize=7,
+                    c='black' if kind == 'F' else 'white')
+    legend(ax, 1.2, 0.12, [(GPU1, 0.2, w['fwdpass']),
+                           (GPU1, 1, w['bwdpass']),
+                           (DATA, 0.12, w['idle'])], gap=0.4)
+    return fig
+
+
 FIGURES = {'splitting': splitting, 'alexnet-two-gpus': alexnet,
            'data-parallel': data_parallel, 'ring-allreduce': ring_allreduce,
            'mlp-dependencies': mlp_dependencies,
-           'ring-vs-server': ring_vs_server}
+           'ring-vs-server': ring_vs_server,
+           'zero-partition': zero_partition,
+           'tensor-parallel': tensor_parallel,
+           'pipeline-schedules': pipeline_schedules}
 
 
 def draw(out=OUT, png=None, langs=LANGS, names=tuple(FIGURES)):
