@@ -231,10 +231,12 @@ def load_data_fashion_mnist(d2l, batch_size, num_train=None, num_test=None):
 def parameter_drift(d2l, params, batch_size, lr, *, num_steps=20,
                     num_train=None, num_test=None):
     """Train two copies of `params` side by side with `train_batch`, one
-    on `try_devices(1)`, the other on `try_devices(2)`, on the minibatches
-    that `train` sees with the same arguments, and return the largest
-    absolute difference between the two sets of parameters after each of
-    the first `num_steps` steps (see `plot_drift`)."""
+    on the two devices of `try_devices(2)`, the other on the first of them
+    alone (so both on GPUs or both on CPU stand-ins, never a GPU against
+    stand-ins), on the minibatches that `train` sees with the same
+    arguments, and return the largest absolute difference between the two
+    sets of parameters after each of the first `num_steps` steps (see
+    `plot_drift`)."""
     return _training.parameter_drift_with(
         d2l.load_data_fashion_mnist, d2l.try_devices, d2l.get_params,
         d2l.train_batch, d2l._max_abs_diff, params, batch_size, lr,

@@ -8,7 +8,7 @@ from d2lpar.cost import (  # noqa: F401
     GPUS, LINKS, Gpu, Link, allreduce_time, compute_time, critical_batch,
     format_seconds, gpu_link, plot_cost_model, plot_step_time, step_time)
 from d2lpar.data import (  # noqa: F401
-    DataError, data_dir, fashion_mnist_arrays)
+    DataError, data_dir, data_source, fashion_mnist_arrays)
 from d2lpar.runs import DistributedResult  # noqa: F401
 from d2lpar.i18n import (  # noqa: F401
     fmt, pad, say_once, source_code, use_language)
@@ -25,6 +25,8 @@ from d2lpar.training import (  # noqa: F401
 # The names each backend re-exports as they are.
 SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'fashion_mnist_arrays', 'learning_rate', 'plot_allreduce',
+          # the data the last load used, named beside every accuracy
+          'data_source',
           'plot_scaling', 'plot_timings', 'say_once', 'source_code',
           'use_language',
           # a column of a table, counted in display columns (a CJK

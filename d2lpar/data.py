@@ -38,6 +38,7 @@ FASHION_MNIST_FILES = {
 }
 DOWNLOAD_TIMEOUT = 5  # seconds; a closed network must not stall a lesson
 _offline = False  # set after the first failed download in this process
+_source = None  # the source of the arrays the last load returned
 
 
 def data_dir():
@@ -262,10 +263,28 @@ class DataIter:
             yield self.convert(self.X[idx], self.y[idx])
 
 
-@functools.lru_cache(maxsize=4)
 def fashion_mnist_arrays(num_train=None, num_test=None):
     """(X_train, y_train, X_test, y_test, source): float32 images of shape
-    (n, 1, 28, 28) in [0, 1], int64 labels, and where they came from."""
+    (n, 1, 28, 28) in [0, 1], int64 labels, and where they came from
+    ('Fashion-MNIST' or the stand-in's name, untranslated; `data_source`
+    gives it translated). Cached: ``fashion_mnist_arrays.cache_clear()``
+    forgets the arrays."""
+    global _source
+    arrays = _fashion_mnist_arrays(num_train, num_test)
+    _source = arrays[4]
+    return arrays
+
+
+def data_source():
+    """The name of the data that the last load of Fashion-MNIST used, in
+    the lesson's language: 'Fashion-MNIST', or the stand-in data set when
+    the real one could not be had; None before any load. A lesson prints
+    it beside every accuracy, which means little without it."""
+    return None if _source is None else _(_source)
+
+
+@functools.lru_cache(maxsize=4)
+def _fashion_mnist_arrays(num_train, num_test):
     train = fetch_fashion_mnist('train')
     test = fetch_fashion_mnist('test') if train is not None else None
     if train is None or test is None:
@@ -288,6 +307,10 @@ def fashion_mnist_arrays(num_train=None, num_test=None):
                'images.').format(source=_(source), train=len(y_tr),
                                  test=len(y_te)))
     return X_tr, y_tr, X_te, y_te, source
+
+
+fashion_mnist_arrays.cache_clear = _fashion_mnist_arrays.cache_clear
+fashion_mnist_arrays.cache_info = _fashion_mnist_arrays.cache_info
 
 
 def load_data_fashion_mnist_with(convert, batch_size, num_train=None,

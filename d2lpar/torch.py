@@ -241,15 +241,17 @@ def evaluate_accuracy(net, data_iter, device=None):
 
 # (#@tab all: the same code stands in the other backend, from the same cell)
 def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
-          num_test=None, params=None, reduce=allreduce, plot=True):
+          num_test=None, params=None, reduce=allreduce, plot=True,
+          devices=None):
     """Train the LeNet of the lesson from scratch with data parallelism on
     `num_gpus` devices (CPU stand-ins when there are fewer GPUs), plot the
     test accuracy per epoch, and return a `TrainResult` (test accuracy,
     seconds per epoch, devices). `num_train` and `num_test` keep only
-    that many examples, for quick runs on a CPU."""
+    that many examples, for quick runs on a CPU. `devices`, a list of
+    `num_gpus` devices, replaces ``d2l.try_devices(num_gpus)``."""
     train_iter, test_iter = d2l.load_data_fashion_mnist(
         batch_size, num_train, num_test)
-    devices = d2l.try_devices(num_gpus)
+    devices = d2l.try_devices(num_gpus) if devices is None else devices
     params = d2l.lenet_params() if params is None else params
     # Copy the model parameters to every device
     device_params = [get_params(params, d) for d in devices]

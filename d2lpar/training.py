@@ -39,9 +39,12 @@ def parameter_drift_with(load, try_devices, get_params, train_batch,
                          max_abs_diff, params, batch_size, lr, num_steps,
                          num_train, num_test):
     """What both backends' `parameter_drift` share: train a copy of
-    `params` on one device and another on two, step by step on the same
-    minibatches, and return max_abs_diff of their parameters after each
-    step."""
+    `params` on two devices, ``try_devices(2)``, and another on the first
+    of them alone, step by step on the same minibatches, and return
+    max_abs_diff of their parameters after each step. Both runs use the
+    same kind of device: with one GPU, ``try_devices(1)`` would be the GPU
+    and ``try_devices(2)`` two CPU stand-ins, whose kernels round
+    differently, so the drift would measure the kernels, not the split."""
     if (isinstance(num_steps, bool) or not isinstance(num_steps, int)
             or num_steps < 1):
         raise ValueError(error_message(
@@ -50,10 +53,9 @@ def parameter_drift_with(load, try_devices, get_params, train_batch,
     check_lr(lr)
     # The same loader as `train`: the same minibatches in the same order
     train_iter = load(batch_size, num_train, num_test)[0]
-    runs = []
-    for k in (1, 2):
-        devices = try_devices(k)
-        runs.append((devices, [get_params(params, d) for d in devices]))
+    two = try_devices(2)
+    runs = [(devices, [get_params(params, d) for d in devices])
+            for devices in (two[:1], two)]
     drift = []
     while len(drift) < num_steps:  # as many epochs as it takes
         for X, y in train_iter:

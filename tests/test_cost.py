@@ -319,6 +319,27 @@ def test_parameter_drift_is_the_largest_absolute_difference(backend,
     assert drift == pytest.approx([0.25, 0.5, 0.75], rel=1e-5)
 
 
+def test_parameter_drift_compares_runs_on_the_same_kind_of_device(
+        backend, monkeypatch):
+    """Lesson 2's drift must measure the split of the sum, not a GPU's
+    kernels against the CPU's: with one GPU, try_devices(1) is the GPU and
+    try_devices(2) two CPU stand-ins, so the one-device run takes the
+    first stand-in."""
+    def one_gpu(k):
+        return ['gpu0'] if k == 1 else ['cpu0', 'cpu1']
+
+    seen = []
+    monkeypatch.setattr(backend.module, 'try_devices', one_gpu)
+    monkeypatch.setattr(backend.module, 'get_params',
+                        lambda params, device: list(params))
+    monkeypatch.setattr(
+        backend.module, 'train_batch',
+        lambda X, y, device_params, devices, lr: seen.append(list(devices)))
+    backend.parameter_drift(backend.lenet_params(), 64, 0.1, num_steps=2,
+                            num_train=128, num_test=64)
+    assert seen == [['cpu0'], ['cpu0', 'cpu1']] * 2
+
+
 @pytest.mark.parametrize('num_steps', [0, -1, 2.0, True])
 def test_parameter_drift_needs_a_number_of_steps(backend, num_steps):
     with pytest.raises(ValueError, match='num_steps must be an int >= 1'):

@@ -242,6 +242,56 @@ def test_a_corrupt_cached_file_is_fetched_again(backend, online, capsys):
     np.testing.assert_array_equal(_concat(test)[1], arrays['test'][1])
 
 
+def test_data_source_names_the_data_of_the_last_load(backend, online,
+                                                      monkeypatch):
+    """What the lessons print beside every checked accuracy: the data of
+    the last load, in the lesson's language, also when the arrays come
+    from the cache of earlier loads."""
+    monkeypatch.setattr(data, '_source', None)
+    assert backend.data_source() is None
+    _loaded(backend, num_train=16)
+    assert backend.data_source() == 'Fashion-MNIST'
+    # The mirror is gone: a new load falls back to the stand-in...
+    monkeypatch.setenv('D2LPAR_FASHION_MNIST_URL', 'file:///nonexistent/')
+    monkeypatch.setenv('D2LPAR_DATA', str(online[0].parent / 'elsewhere'))
+    _loaded(backend, num_train=17)
+    assert backend.data_source() == 'the stand-in data set'
+    backend.use_language('fr')
+    assert backend.data_source() == 'le jeu de données de substitution'
+    backend.use_language('en')
+    # ...and the earlier load, served by the cache, was the real data
+    _loaded(backend, num_train=16)
+    assert backend.data_source() == 'Fashion-MNIST'
+
+
+def test_nbval_reads_every_name_of_the_data_alike(monkeypatch):
+    """A checked line names its data (`data_source`): nbval's substitutions
+    (tests/nbval_sanitize.cfg) make the stand-in's name, in every
+    language, and Fashion-MNIST's compare equal, so that a lesson run on
+    the real data still passes against the outputs committed from the
+    stand-in."""
+    import configparser
+    import pathlib
+    from d2lpar import i18n
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(pathlib.Path(__file__).parent / 'nbval_sanitize.cfg',
+                encoding='utf-8')
+
+    def sanitize(text):
+        for section in config.sections():
+            text = re.sub(config[section]['regex'],
+                          config[section].get('replace', ''), text)
+        return text
+
+    monkeypatch.setattr(data, '_source', 'Fashion-MNIST')
+    real = sanitize(f'97.9% on {data.data_source()}, within 2 points: True')
+    monkeypatch.setattr(data, '_source', 'the stand-in data set')
+    for code in i18n.LANGUAGES:
+        i18n.use_language(code)
+        line = f'97.9% on {data.data_source()}, within 2 points: True'
+        assert sanitize(line) == real, code
+
+
 def test_a_download_with_the_wrong_md5_is_not_kept(online, tmp_path):
     raw, files, _ = online
     name, _ = files['train'][0]
