@@ -62,7 +62,8 @@ BACKEND = [
     'try_devices', 'try_gpu',
     # lesson 5
     'adam', 'all_gather', 'gpipe_step', 'held_bytes', 'mlp', 'mlp_params',
-    'pipeline_params', 'reduce_scatter', 'split_columns', 'split_rows',
+    'pipeline_params', 'recomputation_step', 'reduce_scatter',
+    'split_columns', 'split_rows',
     'stage_forward', 'tensor_parallel_mlp', 'zero_replicas', 'zero_step',
     # the array operations of the lessons' code written once for both
     # frameworks (d2lpar/_torch/arrays.py, d2lpar/_mxnet/arrays.py)

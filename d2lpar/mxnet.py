@@ -498,6 +498,43 @@ def zero_step(X, y, replicas, *, devices, lr, step, stage):
             r['params'][:] = p
 
 
+def recomputation_step(X, y, flat, *, recompute):
+    """One forward and backward pass of `d2l.mlp` and its mean loss on
+    (`X`, `y`), from a copy of the parameters `flat`, with the whole step
+    recomputed in the backward pass (`recompute`) or not. Returns (bytes
+    of the arrays that the step keeps for its backward pass, the
+    parameters not counted, or None without `recompute`: autograd then
+    keeps its arrays inside its graph, where no code can count them;
+    forward passes of the MLP; seconds; the gradient of the
+    parameters)."""
+    calls = []
+
+    def counted_mlp(X, params):  # notes each forward pass of the MLP
+        calls.append(1)
+        return d2l.mlp(X, params)
+
+    params = flat.copy()
+    params.attach_grad()
+    timer = d2l.Timer()
+    if recompute:
+        # The forward pass, not recorded: autograd keeps nothing of it,
+        # and the step keeps only what its backward pass starts from
+        d2l.loss(counted_mlp(X, params), y).mean().wait_to_read()
+        kept = {'X': X, 'y': y}
+        # The backward pass: the forward pass again, recorded this time
+        with autograd.record():
+            loss = d2l.loss(counted_mlp(kept['X'], params),
+                            kept['y']).mean()
+    else:
+        kept = None  # autograd keeps what it needs inside its graph
+        with autograd.record():
+            loss = d2l.loss(counted_mlp(X, params), y).mean()
+    loss.backward()
+    params.grad.wait_to_read()
+    kept_bytes = None if kept is None else d2l.held_bytes(kept)
+    return kept_bytes, len(calls), timer.stop(), params.grad
+
+
 # (#@tab all: the same code stands in the other backend, from the same cell)
 def split_columns(W, b, devices):
     """A linear layer split by columns (Megatron-LM): device i gets its

@@ -514,6 +514,40 @@ def zero_step(X, y, replicas, *, devices, lr, step, stage):
             r['params'][:] = p
 
 
+def recomputation_step(X, y, flat, *, recompute):
+    """One forward and backward pass of `d2l.mlp` and its mean loss on
+    (`X`, `y`), from a copy of the parameters `flat`, with the MLP
+    recomputed in the backward pass (`recompute`) or not. Returns (bytes
+    of the tensors that autograd keeps for the backward pass, each block
+    of memory once and the parameters not at all; forward passes of the
+    MLP; seconds; the gradient of the parameters)."""
+    calls = []
+
+    def counted_mlp(X, params):  # notes each forward pass of the MLP
+        calls.append(1)
+        return d2l.mlp(X, params)
+
+    params = flat.detach().clone().requires_grad_()
+    kept = {}  # memory block -> bytes: a tensor saved twice counts once
+
+    def pack(t):  # autograd calls it for each tensor that it keeps
+        block = t.untyped_storage()
+        if block.data_ptr() != params.untyped_storage().data_ptr():
+            kept[block.data_ptr()] = block.nbytes()
+        return t
+
+    timer = d2l.Timer()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if recompute:  # keeps X; the backward pass runs the MLP again
+            Y_hat = torch.utils.checkpoint.checkpoint(
+                counted_mlp, X, params, use_reentrant=True)
+        else:
+            Y_hat = counted_mlp(X, params)
+        loss = F.cross_entropy(Y_hat, y)
+    loss.backward()
+    return sum(kept.values()), len(calls), timer.stop(), params.grad
+
+
 # (#@tab all: the same code stands in the other backend, from the same cell)
 def split_columns(W, b, devices):
     """A linear layer split by columns (Megatron-LM): device i gets its

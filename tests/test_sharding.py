@@ -1,7 +1,8 @@
 """Lesson 5: reduce_scatter and all_gather (exact, any k and length, clear
 errors, inputs untouched), ZeRO-1..3 from scratch (the parameters of data
 parallelism, the memory of the formula), tensor parallelism (the outputs
-of the unsplit layers), the GPipe schedule and its bubble."""
+of the unsplit layers), the GPipe schedule and its bubble, activation
+recomputation (the bytes kept, the forward passes, the gradient)."""
 import itertools
 
 import numpy as np
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from d2lpar import sharding
+from frameworks import get_backend
 
 LABEL = 'int64'  # what the data loaders give (torch needs Long labels)
 
@@ -464,43 +466,61 @@ def test_fsdp_keeps_half_of_what_ddp_keeps(monkeypatch):
         assert 0 <= p['seconds_overlap'] <= p['seconds_all_gather']
 
 
-def test_recomputation_keeps_less_and_computes_again():
-    """torch.utils.checkpoint on the lesson's MLP: the tensors saved for
-    the backward pass lose exactly the hidden layer, the MLP runs twice,
-    and the gradient is the same."""
-    import torch
-    from torch.utils.checkpoint import checkpoint
-    from d2lpar import torch as d2l
-    torch.manual_seed(0)
-    flat = d2l.mlp_params()
-    X, y = torch.randn(64, 784), torch.randint(0, 10, (64,))
-    calls = []
+def _recomputation_batch(backend, n=64):
+    """A batch of `n` random images (float32) and labels (int64)."""
+    rng = np.random.default_rng(0)
+    return (backend.array(rng.standard_normal((n, 784)).astype('float32')),
+            backend.array(rng.integers(0, 10, n).astype(LABEL)))
 
-    def counted_mlp(X, params):
-        calls.append(1)
-        return d2l.mlp(X, params)
 
-    def step(recompute):
-        calls.clear()
-        params = flat.clone().requires_grad_()
-        kept = {}
-
-        def pack(t):
-            block = t.untyped_storage()
-            if block.data_ptr() != params.untyped_storage().data_ptr():
-                kept[block.data_ptr()] = block.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            if recompute:
-                out = checkpoint(counted_mlp, X, params, use_reentrant=True)
-            else:
-                out = counted_mlp(X, params)
-            loss = torch.nn.functional.cross_entropy(out, y)
-        loss.backward()
-        return sum(kept.values()), len(calls), params.grad
-
-    plain, again = step(False), step(True)
-    assert plain[0] - again[0] == 64 * 256 * 4  # the hidden layer
+def test_recomputation_takes_the_plain_steps_gradient(backend):
+    """recomputation_step (the lesson's #@save function): the MLP runs
+    once without recomputation, twice with it, and both steps give the
+    gradient of the mean loss, computed here without the function."""
+    flat = _seeded_params(backend)
+    X, y = _recomputation_batch(backend)
+    plain = backend.recomputation_step(X, y, flat, recompute=False)
+    again = backend.recomputation_step(X, y, flat, recompute=True)
     assert (plain[1], again[1]) == (1, 2)
-    assert torch.allclose(plain[2], again[2], atol=1e-6)
+    assert plain[2] >= 0 and again[2] >= 0  # seconds
+    p = backend.copy_with_grad(flat)
+    backend.backward(lambda: backend.loss(backend.mlp(X, p), y).mean())
+    expected = backend.numpy(p.grad)
+    for step in (plain, again):
+        np.testing.assert_allclose(backend.numpy(step[3]), expected,
+                                   rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(backend.numpy(flat),
+                                  backend.numpy(_seeded_params(backend)))
+
+
+def test_recomputation_keeps_less_and_computes_again():
+    """PyTorch: the tensors that autograd saves for the backward pass,
+    counted by the hook of recomputation_step, byte for byte: without
+    recomputation the input, the hidden layer, the log-softmax of the
+    output, the labels and the loss's 4-byte total weight; with it, all
+    but the hidden layer. The parameters are never counted."""
+    from d2lpar import torch as d2l
+    tb = get_backend('torch')
+    flat = _seeded_params(tb)
+    n = 64
+    X, y = _recomputation_batch(tb, n)
+    plain = d2l.recomputation_step(X, y, flat, recompute=False)
+    again = d2l.recomputation_step(X, y, flat, recompute=True)
+    hidden = n * 256 * 4
+    others = n * 784 * 4 + n * 10 * 4 + n * 8 + 4
+    assert (plain[0], again[0]) == (others + hidden, others)
+
+
+def test_mxnet_recomputation_keeps_only_its_input():
+    """MXNet: the recomputing step keeps X and the labels between its
+    passes, counted in bytes, nothing else (not the parameters); the
+    plain step's arrays stay inside autograd's graph, uncounted (None)."""
+    from d2lpar import mxnet as d2l
+    mb = get_backend('mxnet')
+    flat = _seeded_params(mb)
+    n = 64
+    X, y = _recomputation_batch(mb, n)
+    plain = d2l.recomputation_step(X, y, flat, recompute=False)
+    again = d2l.recomputation_step(X, y, flat, recompute=True)
+    assert plain[0] is None
+    assert again[0] == n * 784 * 4 + n * 8
