@@ -248,7 +248,8 @@ def train_distributed(d2l, num_workers, *, batch_size=256, lr=0.2,
                       timeout=300, crash_at_step=None, use_gpus=None,
                       sharded=False, optimizer='sgd', pipelined=False,
                       checkpoint=False, fail_at_step=None,
-                      max_restarts=0, amp=False, accumulate=1):
+                      max_restarts=0, amp=False, accumulate=1,
+                      naive_accumulate=False):
     """Train the lesson's LeNet in `num_workers` processes on 127.0.0.1
     (PyTorch: DDP with gloo (nccl on GPUs) under torchrun; MXNet: the
     dist_sync KVStore with a scheduler and a server), each on its share of
@@ -267,7 +268,8 @@ def train_distributed(d2l, num_workers, *, batch_size=256, lr=0.2,
     NotImplementedError). Runs to be compared use
     the same kind of device. `checkpoint`, `fail_at_step`,
     `max_restarts`: checkpoints and restarts; `amp`: mixed precision;
-    `accumulate`: micro-batches per step (see
+    `accumulate`: micro-batches per step, and `naive_accumulate` True to
+    send the gradients after every micro-batch, as a naive loop does (see
     `d2lpar.distributed.train`)."""
     return _distributed.train(d2l._FRAMEWORK, num_workers, batch_size, lr,
                               num_epochs, num_train, num_test, port, timeout,
@@ -276,7 +278,8 @@ def train_distributed(d2l, num_workers, *, batch_size=256, lr=0.2,
                               pipelined=pipelined, checkpoint=checkpoint,
                               fail_at_step=fail_at_step,
                               max_restarts=max_restarts, amp=amp,
-                              accumulate=accumulate)
+                              accumulate=accumulate,
+                              naive_accumulate=naive_accumulate)
 
 
 def distributed_commands(d2l, hosts, workers_per_host=1, *, port=29500,

@@ -278,8 +278,11 @@ def fashion_mnist_arrays(num_train=None, num_test=None):
 def data_source():
     """The name of the data that the last load of Fashion-MNIST used, in
     the lesson's language: 'Fashion-MNIST', or the stand-in data set when
-    the real one could not be had; None before any load. A lesson prints
-    it beside every accuracy, which means little without it."""
+    the real one could not be had; None before any load. The load may be
+    this process's or that of the processes of the last run of
+    `train_distributed` (d2lpar.runs.collect sets it from the run's
+    result). A lesson prints it beside every accuracy, which means little
+    without it."""
     return None if _source is None else _(_source)
 
 

@@ -307,16 +307,19 @@ def first_indices(num_examples, world, epochs, set_epoch, count=6, seed=0):
     return seen
 
 
-def accumulate_gradients(model, loss_fn, X, y, micro_steps, precision):
+def accumulate_gradients(model, loss_fn, X, y, micro_steps, precision,
+                         naive=False):
     # Backpropagate the mean loss over (X, y) in micro_steps equal
     # micro-batches, whose gradients add up; return the last loss
     chunks = list(zip(X.chunk(micro_steps), y.chunk(micro_steps)))
     for i, (X_m, y_m) in enumerate(chunks):
         last = i == len(chunks) - 1
         # Under DDP, no_sync() keeps every backward pass but the last one
-        # from communicating; the last one averages the sums over processes
+        # from communicating; the last one averages the sums over processes.
+        # naive=True leaves no_sync() out: the same step, one allreduce per
+        # micro-batch
         quiet = (model.no_sync() if isinstance(
-            model, DistributedDataParallel) and not last
+            model, DistributedDataParallel) and not last and not naive
             else contextlib.nullcontext())
         with quiet:
             with precision.autocast():  # float32 unless --amp

@@ -68,7 +68,9 @@ first time only (a file in OUT remembers), to watch that happen. With
 
 With ``--accumulate N`` each process cuts its shard into N micro-batches
 and adds up their gradients, communicating only in the backward pass of
-the last one (``no_sync``); the hook counts the allreduces. At the end
+the last one (``no_sync``); the hook counts the allreduces.
+``--naive-accumulate`` leaves ``no_sync`` out, as a naive loop does: the
+same step, with an allreduce per micro-batch. At the end
 every process counts the correct answers on its share of the test set
 and one allreduce adds up the counts (``evaluate_shared``); rank 0 also
 evaluates alone, for comparison. ``sharded_loader`` shows the standard
@@ -219,6 +221,10 @@ def parse_args(argv=None):
     p.add_argument('--fsdp', action='store_true', help=_(
         'shard parameters, gradients and optimizer state with FSDP '
         '(fully_shard) instead of DDP'))
+    p.add_argument('--naive-accumulate', action='store_true', help=_(
+        'with --accumulate: leave no_sync() out, as a naive loop does, so '
+        'that every micro-batch sends an allreduce (the same step, more '
+        'communication)'))
     return p.parse_args(argv)
 
 
@@ -290,7 +296,8 @@ def main(argv=None):
             optimizer.zero_grad()
             # DDP averages the gradients over processes
             loss = accumulate_gradients(model, loss_fn, X, y,
-                                        args.accumulate, precision)
+                                        args.accumulate, precision,
+                                        naive=args.naive_accumulate)
             if args.fsdp:  # no hook: computing includes communicating
                 timer.handed_over = timer.mark()
             timer.end_step(t0)
@@ -328,6 +335,7 @@ def main(argv=None):
             'seconds_communication': communication, 'seconds_total': total,
             'first_shard_of_epoch': first_shards,
             'accumulate': args.accumulate, 'allreduces': timer.allreduces,
+            'naive_accumulate': args.naive_accumulate,
             **held}
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)

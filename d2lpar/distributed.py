@@ -38,7 +38,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
           num_train=None, num_test=None, port=None, timeout=300,
           crash_at_step=None, out_dir=None, use_gpus=None, sharded=False,
           optimizer='sgd', pipelined=False, checkpoint=False,
-          fail_at_step=None, max_restarts=0, amp=False, accumulate=1):
+          fail_at_step=None, max_restarts=0, amp=False, accumulate=1,
+          naive_accumulate=False):
     """Train LeNet with `num_workers` processes of `framework` ('torch':
     DDP under torchrun; 'mxnet': the dist_sync KVStore) on 127.0.0.1,
     print and return the `DistributedResult`. Results and logs go to
@@ -63,7 +64,10 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
     starts the processes again after a failure (PyTorch: torchrun's
     ``--max-restarts``; MXNet: the whole job). `amp` True trains in mixed
     precision (``--amp``). `accumulate`: micro-batches per step, gradients
-    sent once per step."""
+    sent once per step; with `naive_accumulate` True, sent after every
+    micro-batch, as a naive loop does (PyTorch: without ``no_sync``, the
+    same step; MXNet: a ``trainer.step``, hence an update, per
+    micro-batch)."""
     launch = {'torch': launch_torch, 'mxnet': launch_kvstore}.get(framework)
     if launch is None:
         raise ValueError(error_message(
@@ -106,6 +110,8 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         args += ['--pipeline', '--schedule', schedule]
     if accumulate != 1:
         args += ['--accumulate', accumulate]
+    if naive_accumulate:
+        args.append('--naive-accumulate')
     if num_train is not None:
         args += ['--num-train', num_train]
     if num_test is not None:

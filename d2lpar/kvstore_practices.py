@@ -143,7 +143,7 @@ def first_indices(num_examples, num_workers, epochs, new_order, count=6,
             for rank in range(num_workers)}
 
 
-def accumulate_gradients(net, loss_fn, X, y, micro_steps):
+def accumulate_gradients(net, loss_fn, X, y, micro_steps, push=None):
     # Backpropagate the summed loss over (X, y) in micro_steps equal
     # micro-batches; with grad_req='add' their gradients add up, and
     # nothing goes to the KVStore until trainer.step. Returns the losses
@@ -154,6 +154,10 @@ def accumulate_gradients(net, loss_fn, X, y, micro_steps):
         with autograd.record():
             loss = loss_fn(net(X[part]), y[part])
         loss.backward()
+        if push is not None and i < micro_steps - 1:
+            # The naive loop: a trainer.step per micro-batch, so the
+            # server receives and updates after every one
+            push()
     return loss
 
 

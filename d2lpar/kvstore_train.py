@@ -75,11 +75,13 @@ used here).
 
 With ``--accumulate N`` each worker cuts its shard into N micro-batches
 whose gradients add up (``grad_req='add'``) and pushes once per step;
-``count_pushes`` counts the pushes. At the end every worker counts the
-correct answers on its share of the test set and the servers add up the
-counts (``evaluate_shared``); worker 0 also evaluates alone, for
-comparison. ``worker_shard`` and ``sharded_loader`` shard data per
-worker, in a new order every epoch.
+``count_pushes`` counts the pushes. ``--naive-accumulate`` calls
+``trainer.step`` after every micro-batch instead, as a naive loop does:
+as many pushes, and server updates, as micro-batches. At the end every
+worker counts the correct answers on its share of the test set and the
+servers add up the counts (``evaluate_shared``); worker 0 also
+evaluates alone, for comparison. ``worker_shard`` and ``sharded_loader``
+shard data per worker, in a new order every epoch.
 """
 import contextlib
 import os
@@ -153,6 +155,10 @@ def parse_args(argv=None):
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
+    p.add_argument('--naive-accumulate', action='store_true', help=_(
+        'with --accumulate: call trainer.step after every micro-batch, as '
+        'a naive loop does, so that every micro-batch is pushed and the '
+        'server updates after each'))
     return p.parse_args(argv)
 
 
@@ -212,6 +218,12 @@ def main(argv=None):
         for param in net.collect_params().values():
             param.grad_req = 'add'
     compute, communication = 0.0, 0.0
+
+    def push_now():  # --naive-accumulate: after a micro-batch, not a step
+        with watchdog:
+            trainer.step(B)
+            net.collect_params().zero_grad()
+
     first_shards = [None] * done  # this worker's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
 
@@ -227,7 +239,9 @@ def main(argv=None):
             t0 = time.perf_counter()
             # The gradient of the sum over the shard, micro-batch by
             # micro-batch when accumulating (nothing is sent meanwhile)
-            loss = accumulate_gradients(net, loss_fn, X, y, args.accumulate)
+            loss = accumulate_gradients(net, loss_fn, X, y, args.accumulate,
+                                        push_now if args.naive_accumulate
+                                        else None)
             npx.waitall()
             t1 = time.perf_counter()
             # Push the gradients; the server sums the pushes of all workers
@@ -264,7 +278,8 @@ def main(argv=None):
             'optimizer_bytes': sum(kvstore_state.state_bytes(s)
                                    for u in trainer._updaters
                                    for s in u.states.values()),
-            'accumulate': args.accumulate, 'pushes': pushes[0]}
+            'accumulate': args.accumulate, 'pushes': pushes[0],
+            'naive_accumulate': args.naive_accumulate}
     if args.kvstore.startswith('dist'):  # each worker counts on its share
         with watchdog:
             correct, counted = evaluate_shared(net, X_test, y_test, ctx, kv)

@@ -69,6 +69,10 @@ def collect(framework, out_dir, prefix, num_workers, num_servers=0):
         else:
             servers.append({'server': i, 'keys': {}, 'parameter_bytes': 0,
                             'optimizer_bytes': 0})
+    if summary.get('data'):  # the run's processes loaded the data, so
+        # d2l.data_source() names what they trained on (data.py keeps it)
+        from d2lpar import data
+        data._source = summary['data']
     seconds = max(p['seconds_total'] for p in processes)
     epochs = summary['epochs']
     return DistributedResult(

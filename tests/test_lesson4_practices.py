@@ -6,7 +6,8 @@
   goes wrong without the epoch (the same order every epoch);
 - gradient accumulation: one step over 4 micro-batches takes the same
   step as one big batch, and communicates once (DDP's no_sync; MXNet's
-  grad_req='add' and one trainer.step);
+  grad_req='add' and one trainer.step); the naive loop that lesson 4
+  compares (--naive-accumulate) communicates after every micro-batch;
 - evaluation across processes: the counts summed over the processes give
   exactly the accuracy of one process on the whole test set.
 """
@@ -57,6 +58,32 @@ def runs(tmp_path_factory, data_root):
                         results.append(LAUNCH[framework](
                             2, out, ARGS + extra, timeout=180, num_gpus=0))
             done[framework] = tuple(results)
+        return done[framework]
+    return get
+
+
+@pytest.fixture(scope='module')
+def naive_run(tmp_path_factory, data_root):
+    """``naive_run(framework)``: two processes with --accumulate 4
+    --naive-accumulate, and `d2lpar.data._source` as it was just before
+    the run was collected; made once per framework."""
+    done = {}
+
+    def get(framework):
+        if framework not in done:
+            from d2lpar import data
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv('D2LPAR_OFFLINE', '1')
+                mp.setenv('D2LPAR_DATA', str(data_root))
+                mp.setenv('OMP_NUM_THREADS', '1')
+                mp.setattr(data, '_source', None)  # as in a fresh kernel
+                out = tmp_path_factory.mktemp(framework + '-naive')
+                with contextlib.redirect_stdout(io.StringIO()):
+                    result = LAUNCH[framework](
+                        2, out, ARGS + ['--accumulate', 4,
+                                        '--naive-accumulate'],
+                        timeout=180, num_gpus=0)
+                done[framework] = result, data.data_source()
         return done[framework]
     return get
 
@@ -126,6 +153,39 @@ def test_an_accumulated_step_is_one_big_step_sent_once(runs, framework):
                 assert p['allreduces'] == STEPS
             else:  # one pushpull per parameter and step
                 assert p['pushes'] == 8 * STEPS
+
+
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_a_naive_accumulation_communicates_every_micro_batch(
+        runs, naive_run, framework):
+    # Lesson 4 prints these counts per step: 4 allreduces against 1
+    # (MXNet: 32 pushes against 8)
+    naive = naive_run(framework)[0]
+    for p in naive.processes:
+        assert p['naive_accumulate'] and p['steps'] == STEPS
+        if framework == 'torch':
+            assert p['allreduces'] == 4 * STEPS
+        else:
+            assert p['pushes'] == 4 * 8 * STEPS
+    big, first = runs(framework)[0].first_step_params(), \
+        naive.first_step_params()
+    largest = max(float(np.abs(first[name] - big[name]).max())
+                  for name in big)
+    if framework == 'torch':  # each allreduce averages the sum so far
+        assert largest < 1e-5
+    else:  # the server updated after every micro-batch: four small steps
+        assert largest > 1e-3
+
+
+@pytest.mark.parametrize('framework', FRAMEWORKS)
+def test_after_a_run_data_source_names_what_its_processes_loaded(
+        naive_run, framework):
+    # Lesson 4's kernel loads no data itself: the accuracies it prints
+    # name the data of the run's processes
+    from d2lpar.i18n import _
+    result, named = naive_run(framework)
+    assert result.summary['data']
+    assert named == _(result.summary['data'])
 
 
 @pytest.mark.parametrize('framework', FRAMEWORKS)
