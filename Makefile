@@ -28,7 +28,7 @@ NBVAL_FLAGS := --nbval-lax --nbval-current-env --nbval-cell-timeout=300 \
 	--sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: venv lab test test-unit test-notebooks notebooks check-notebooks \
-	figures slides bench clean messages dist test-reach lint
+	figures slides bench clean messages dist test-reach lint lib
 
 venv: $(STAMP)
 
@@ -61,9 +61,17 @@ lab: $(STAMP)
 notebooks:
 	$(PYTHON) tools/notebooks.py build
 
-# Fails when a committed notebook does not match its source (stdlib only).
+# Copy the #@save functions of the English lessons into the generated part
+# of d2lpar/torch.py and d2lpar/mxnet.py (tools/library.py). After editing
+# a lesson: make notebooks lib.
+lib:
+	$(PYTHON) tools/library.py build
+
+# Fails when a committed notebook, or a backend's generated part, does not
+# match the lessons (stdlib only).
 check-notebooks:
 	$(PYTHON) tools/notebooks.py check
+	$(PYTHON) tools/library.py check
 
 # The message catalogs of d2lpar (d2lpar/locale, see tools/messages.py):
 # extract the strings of the code into d2lpar.pot, merge it into each

@@ -12,8 +12,7 @@ A source is ``notebooks/<lang>/<chapter>.md`` in the d2l book's markdown:
   line says which notebooks get it: ``#@tab pytorch``, ``#@tab mxnet`` or
   ``#@tab all``. A line ``#@check`` makes nbval compare the cell's output
   with the output block that follows it (``#@save`` marks a function that
-  tools/library.py copies into d2lpar's backends: `build` writes them
-  there, `check` fails when they differ).
+  tools/library.py copies into d2lpar's backends: ``make lib``).
 - an output block is a fence opened by ```` ```{.python .output} ````, with
   its own ``#@tab`` line; it is the expected output of the code cell of
   that framework just before it.
@@ -52,7 +51,6 @@ import pathlib
 import re
 import sys
 
-import library  # tools/library.py: the #@save code of d2lpar
 from lesson_source import (  # tools/lesson_source.py: the parser
     HEADING, SourceError, parse)
 
@@ -280,8 +278,6 @@ def main(argv, root=ROOT):
             if not path.exists() or path.read_text(encoding='utf-8') != text:
                 path.write_text(text, encoding='utf-8')
                 print(f'wrote {path.relative_to(root.parent)}')
-        for path in library.build(root):  # the #@save code of d2lpar
-            print(f'wrote {path.relative_to(root.parent)}')
         return 0
     if command == 'check':
         stale = [p for p, text in built.items()
@@ -296,10 +292,7 @@ def main(argv, root=ROOT):
             print(f'orphan: {p.relative_to(root.parent)} has no source')
         if not stale and not extra:
             print(f'{len(built)} notebooks match their sources')
-        problems = library.check(root)  # the #@save code of d2lpar
-        print('\n'.join(problems) or 'd2lpar matches the #@save code of '
-              'the lessons')
-        return 1 if stale or extra or problems else 0
+        return 1 if stale or extra else 0
     print(__doc__)
     return 2
 
