@@ -21,26 +21,149 @@ from d2lpar import (  # noqa: E402
     _backend, api as _api, checks as _checks, collectives as _collectives,
     training as _training)
 from d2lpar._backend import *  # noqa: E402,F401,F403 (shared names)
+from d2lpar._backend import MLP_SHAPES  # noqa: E402,F401
+from d2lpar._torch.backend import BACKEND  # noqa: E402
 from d2lpar._torch.devices import (  # noqa: E402,F401 (framework glue)
-    Benchmark, copy_bandwidth, cpu, gpu, launch, load_data_fashion_mnist,
-    measure_allreduce, num_gpus, products_that_fit, synchronize,
-    try_all_gpus, try_devices, try_gpu, _threads_of)
+    Benchmark, cpu, launch, num_gpus, synchronize, _threads_of)
 from d2lpar._torch.arrays import (  # noqa: E402,F401 (for #@tab all)
     astype, concat, device_of, grad_of, no_grad, relu, to_device, zeros)
-from d2lpar._torch.arrays import (  # noqa: E402,F401 (_backend's hooks)
-    _ARRAY, _FRAMEWORK, _all_finite, _copy_into, _copy_like, _device_of,
-    _flat, _memory, _no_grad)
 from d2lpar._torch.models import (  # noqa: E402,F401
-    MLP_SHAPES, adam, gpipe_step, held_bytes, lenet_params, loss, mlp,
-    mlp_params, pipeline_params, sgd, stage_forward)
+    adam, gpipe_step, loss, sgd)
 from d2lpar._torch.processes import _run_processes  # noqa: E402
 from d2lpar._torch.timeline import Timeline  # noqa: E402
 
 __all__ = _api.SHARED + _api.BACKEND
 d2l = _backend.prepare(__name__)  # fonts; the name the lessons' code uses
-(check_allreduce, check_collective, check_finite, ring_allreduce,
- parameter_drift, train_distributed,
- distributed_commands) = _backend.shared_functions(__name__)
+
+
+# --------------------------------------------------------------------------
+# Written once for both frameworks (d2lpar/_backend.py, which documents
+# them), here with PyTorch's backend object
+# --------------------------------------------------------------------------
+@_backend.docstring_of(_backend.gpu)
+def gpu(i=0):
+    return _backend.gpu(BACKEND, i)
+
+
+@_backend.docstring_of(_backend.try_gpu)
+def try_gpu(i=0):
+    return _backend.try_gpu(BACKEND, i)
+
+
+@_backend.docstring_of(_backend.try_all_gpus)
+def try_all_gpus():
+    return _backend.try_all_gpus(BACKEND)
+
+
+@_backend.docstring_of(_backend.try_devices)
+def try_devices(num_devices):
+    return _backend.try_devices(BACKEND, num_devices)
+
+
+@_backend.docstring_of(_backend.copy_bandwidth)
+def copy_bandwidth(device=None, num_bytes=1 << 26):
+    return _backend.copy_bandwidth(BACKEND, device, num_bytes)
+
+
+@_backend.docstring_of(_backend.products_that_fit)
+def products_that_fit(num_products, shape, devices):
+    return _backend.products_that_fit(BACKEND, num_products, shape, devices)
+
+
+@_backend.docstring_of(_backend.measure_allreduce)
+def measure_allreduce(fns, sizes, device_counts, *, repeat=3):
+    return _backend.measure_allreduce(BACKEND, fns, sizes, device_counts,
+                                      repeat=repeat)
+
+
+@_backend.docstring_of(_backend.load_data_fashion_mnist)
+def load_data_fashion_mnist(batch_size, num_train=None, num_test=None):
+    return _backend.load_data_fashion_mnist(BACKEND, batch_size, num_train,
+                                            num_test)
+
+
+@_backend.docstring_of(_backend.check_allreduce)
+def check_allreduce(data):
+    return _backend.check_allreduce(BACKEND, data)
+
+
+@_backend.docstring_of(_backend.check_collective)
+def check_collective(arrays, name, same_rows=True):
+    return _backend.check_collective(BACKEND, arrays, name, same_rows)
+
+
+@_backend.docstring_of(_backend.check_finite)
+def check_finite(params, epoch, lr):
+    return _backend.check_finite(BACKEND, params, epoch, lr)
+
+
+@_backend.docstring_of(_backend.ring_allreduce)
+def ring_allreduce(data):
+    return _backend.ring_allreduce(BACKEND, data)
+
+
+@_backend.docstring_of(_backend.parameter_drift)
+def parameter_drift(params, batch_size, lr, *, num_steps=20, num_train=None,
+                    num_test=None):
+    return _backend.parameter_drift(
+        BACKEND, params, batch_size, lr, get_params=get_params,
+        train_batch=train_batch, try_devices=try_devices,
+        num_steps=num_steps, num_train=num_train, num_test=num_test)
+
+
+@_backend.docstring_of(_backend.train_distributed)
+def train_distributed(num_workers, *, batch_size=256, lr=0.2, num_epochs=2,
+                      num_train=None, num_test=None, port=None, timeout=300,
+                      crash_at_step=None, use_gpus=None, sharded=False,
+                      optimizer='sgd', pipelined=False, checkpoint=False,
+                      fail_at_step=None, max_restarts=0, amp=False,
+                      accumulate=1, naive_accumulate=False):
+    return _backend.train_distributed(
+        BACKEND, num_workers, batch_size=batch_size, lr=lr,
+        num_epochs=num_epochs, num_train=num_train, num_test=num_test,
+        port=port, timeout=timeout, crash_at_step=crash_at_step,
+        use_gpus=use_gpus, sharded=sharded, optimizer=optimizer,
+        pipelined=pipelined, checkpoint=checkpoint,
+        fail_at_step=fail_at_step, max_restarts=max_restarts, amp=amp,
+        accumulate=accumulate, naive_accumulate=naive_accumulate)
+
+
+@_backend.docstring_of(_backend.distributed_commands)
+def distributed_commands(hosts, workers_per_host=1, *, port=29500,
+                         out_dir='OUT', script_args=(), max_restarts=0):
+    return _backend.distributed_commands(
+        BACKEND, hosts, workers_per_host, port=port, out_dir=out_dir,
+        script_args=script_args, max_restarts=max_restarts)
+
+
+@_backend.docstring_of(_backend.lenet_params)
+def lenet_params():
+    return _backend.lenet_params(BACKEND)
+
+
+@_backend.docstring_of(_backend.mlp_params)
+def mlp_params():
+    return _backend.mlp_params(BACKEND)
+
+
+@_backend.docstring_of(_backend.mlp)
+def mlp(X, flat):
+    return _backend.mlp(BACKEND, X, flat)
+
+
+@_backend.docstring_of(_backend.held_bytes)
+def held_bytes(replica):
+    return _backend.held_bytes(BACKEND, replica)
+
+
+@_backend.docstring_of(_backend.pipeline_params)
+def pipeline_params(width=512):
+    return _backend.pipeline_params(BACKEND, width)
+
+
+@_backend.docstring_of(_backend.stage_forward)
+def stage_forward(X, params, last=False):
+    return _backend.stage_forward(BACKEND, X, params, last)
 
 
 # --------------------------------------------------------------------------
@@ -54,20 +177,17 @@ def direct_allreduce(data):
     check_allreduce(data)
     k = len(data)
     with torch.no_grad():
-        flats = [_flat(x) for x in data]
+        flats = [BACKEND.flat(x) for x in data]
         b = _collectives.chunk_bounds(flats[0].shape[0], k)
         for c in range(k):
             own = flats[c][b[c]:b[c + 1]]  # a view: added in place
             for i in range(1, k):
-                own += _copy_like(flats[(c + i) % k][b[c]:b[c + 1]], own)
+                own += BACKEND.copy_like(
+                    flats[(c + i) % k][b[c]:b[c + 1]], own)
         for c in range(k):
             for i in range(1, k):
                 flats[(c + i) % k][b[c]:b[c + 1]].copy_(
                     flats[c][b[c]:b[c + 1]])
-
-
-def _max_abs_diff(a, b):
-    return float((a.detach() - b.detach().to(a.device)).abs().max())
 
 
 def train_step_timeline(X, y, device_params, *, devices, lr, reduce=None):

@@ -228,7 +228,7 @@ def test_mxnet_direct_allreduce_sums_every_chunk_apart(mxnet_backend,
     buffer of its own, by an operator whose first input lies on device c
     (MXNet runs it on that device's engine thread)."""
     mx = mxnet_backend.module.mx
-    memory = mxnet_backend.module._memory
+    memory = mxnet_backend.module.BACKEND.memory
     sums, add_n = [], mx.nd.add_n
 
     def spy(*parts, out):
@@ -271,19 +271,18 @@ def test_ring_allreduce_sends_2_k_minus_1_over_k_of_the_data(
     values = _values((n,), k, 'float32')
     data = _on_devices(backend, values, devices)
     sent = [0] * k
-    hooks = [h for h in ('_copy_like', '_copy_into')
-             if hasattr(backend.module, h)]
+    framework = backend.module.BACKEND
 
-    def counting(hook):
-        original = getattr(backend.module, hook)
+    def counting(method):
+        original = getattr(framework, method)
 
         def copy(src, *rest):
             sent[backend.sender(src, data)] += src.shape[0]
             return original(src, *rest)
         return copy
 
-    for hook in hooks:
-        monkeypatch.setattr(backend.module, hook, counting(hook))
+    for method in ('copy_like', 'copy_into'):
+        monkeypatch.setattr(framework, method, counting(method))
     backend.ring_allreduce(data)
     _check_summed(backend, data, values, devices)
     assert sum(sent) == 2 * (k - 1) * n

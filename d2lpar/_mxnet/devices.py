@@ -1,13 +1,11 @@
-"""MXNet devices for the lessons: GPUs, the CPU contexts as stand-ins,
-`launch` and `synchronize`, and the measurements built on them."""
-import mxnet as mx
-from mxnet import np, npx
+"""MXNet devices for the lessons: the CPU, the GPUs MXNet sees, `launch`
+and `synchronize` (the CPU contexts as stand-ins are MXNet's backend
+object's, d2lpar/_mxnet/backend.py)."""
+from mxnet import npx
 
-from d2lpar import _backend
 from d2lpar import timing as _timing
 from d2lpar import standins as _standins
 from d2lpar.checks import check_devices
-from d2lpar._mxnet import STAND_IN_THREADS
 from d2lpar._mxnet.engine import _CopyEngine
 
 
@@ -19,34 +17,6 @@ def cpu():
 def num_gpus():
     """How many GPUs MXNet can see (0 with the CPU-only pip wheel)."""
     return npx.num_gpus()
-
-
-def _free_bytes(device):
-    if device.device_type != 'gpu':
-        return None
-    return mx.context.gpu_memory_info(device.device_id)[0]
-
-
-def _gpu_device(i):
-    return npx.gpu(i)
-
-
-def _stand_in(i):
-    return npx.cpu(i)
-
-
-def _stand_in_label(i):
-    return f'cpu({i})'
-
-
-def _stand_in_threads():
-    return STAND_IN_THREADS
-
-
-# Written once for both backends (d2lpar/_backend.py)
-(gpu, try_gpu, try_all_gpus, try_devices, copy_bandwidth, products_that_fit,
- measure_allreduce, load_data_fashion_mnist) = _backend.device_functions(
-    __name__)
 
 
 def launch(device, fn, *args, queue='compute'):
@@ -79,18 +49,6 @@ def synchronize(devices=None):
     if devices is not None:
         check_devices(devices)
     npx.waitall()
-
-
-def _full(n, value, device):
-    return np.full(n, value, ctx=device)
-
-
-def _copy_into(src, dst):
-    src.copyto(dst)
-
-
-def _to_arrays(X, y):
-    return np.array(X), np.array(y.astype('int32'))
 
 
 class Benchmark(_timing.Benchmark):

@@ -1,35 +1,13 @@
 """The small models of the lessons that the lessons do not define
-themselves: LeNet's parameters, the loss, and lesson 5's MLP, Adam and
-pipeline stages."""
+themselves: the loss, and lesson 5's Adam and GPipe step (LeNet's
+parameters, the MLP and the pipeline stages are written once for both
+frameworks, in d2lpar/_backend.py)."""
 from mxnet import autograd, gluon, np
 
 from d2lpar import _backend
-from d2lpar._mxnet.arrays import concat, relu  # noqa: F401 (_backend's models)
 from d2lpar.sharding import gpipe_schedule, shard_bounds
+from d2lpar._mxnet.backend import BACKEND
 
-
-# Written once for both backends (d2lpar/_backend.py), from these arrays
-def _normal(shape, std):
-    return np.random.normal(scale=std, size=shape)
-
-
-def _zeros(n):
-    return np.zeros(n)
-
-
-
-def _dot(X, W):
-    return np.dot(X, W)
-
-
-
-def _nbytes(x):
-    return x.size * x.dtype.itemsize
-
-
-(lenet_params, mlp_params, mlp, held_bytes, pipeline_params,
- stage_forward) = _backend.model_functions(__name__)
-MLP_SHAPES = _backend.MLP_SHAPES
 loss = gluon.loss.SoftmaxCrossEntropyLoss()
 
 
@@ -65,7 +43,8 @@ def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
                 x = x.copyto(devices[s])
                 x.attach_grad()
                 with autograd.record():
-                    out = stage_forward(x, stage_params[s], last=s == k - 1)
+                    out = _backend.stage_forward(BACKEND, x, stage_params[s],
+                                                 last=s == k - 1)
                     if s == k - 1:  # the last stage ends with the loss
                         out = loss(out, y[b[j]:b[j + 1]].as_in_ctx(
                             devices[s])).sum() / len(X)

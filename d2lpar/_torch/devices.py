@@ -1,11 +1,10 @@
-"""PyTorch devices for the lessons: GPUs, CPU stand-ins with their worker
-threads, `launch` and `synchronize`, and the measurements built on them
-(see d2lpar/standins.py for the stand-ins themselves)."""
+"""PyTorch devices for the lessons: the CPU, the GPUs PyTorch sees, the
+worker threads of the CPU stand-ins, `launch` and `synchronize` (see
+d2lpar/standins.py for the stand-ins themselves)."""
 import contextlib
 
 import torch
 
-from d2lpar import _backend
 from d2lpar import timing as _timing
 from d2lpar import standins as _standins
 from d2lpar.checks import check_devices
@@ -21,15 +20,6 @@ def num_gpus():
     return torch.cuda.device_count()
 
 
-def _free_bytes(device):
-    device = torch.device(device)
-    if device.type != 'cuda':
-        return None
-    cached = (torch.cuda.memory_reserved(device)
-              - torch.cuda.memory_allocated(device))
-    return torch.cuda.mem_get_info(device)[0] + cached
-
-
 # The worker threads of the CPU stand-ins: each computes with half of the
 # threads PyTorch was given (torch.set_num_threads in a thread sets that
 # thread's own count)
@@ -39,28 +29,6 @@ _STAND_INS = _standins.StandIns(
 
 
 _copy_streams = {}
-
-
-def _gpu_device(i):
-    return torch.device(f'cuda:{i}')
-
-
-def _stand_in(i):
-    return torch.device('cpu', i)
-
-
-def _stand_in_label(i):
-    return f'cpu:{i}'
-
-
-def _stand_in_threads():
-    return _STAND_INS.num_threads
-
-
-# Written once for both backends (d2lpar/_backend.py)
-(gpu, try_gpu, try_all_gpus, try_devices, copy_bandwidth, products_that_fit,
- measure_allreduce, load_data_fashion_mnist) = _backend.device_functions(
-    __name__)
 
 
 def launch(device, fn, *args, queue='compute'):
@@ -130,17 +98,10 @@ def synchronize(devices=None):
         torch.device(d) for d in check_devices(devices)]
     _STAND_INS.wait(None if devices is None else [
         d.index for d in devices if d.type == 'cpu' and d.index is not None])
-    for d in try_all_gpus() if devices is None else devices:
+    gpus = [torch.device('cuda', i) for i in range(num_gpus())]
+    for d in gpus if devices is None else devices:
         if d.type == 'cuda':
             torch.cuda.synchronize(d)
-
-
-def _full(n, value, device):
-    return torch.full((n,), value, device=device)
-
-
-def _copy_into(src, dst):
-    dst.copy_(src)
 
 
 @contextlib.contextmanager
@@ -155,13 +116,6 @@ def _threads_of(device):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def _to_arrays(X, y):
-    X, y = torch.from_numpy(X), torch.from_numpy(y)
-    if torch.cuda.is_available():  # pinned memory allows non_blocking copies
-        X, y = X.pin_memory(), y.pin_memory()
-    return X, y
 
 
 class Benchmark(_timing.Benchmark):

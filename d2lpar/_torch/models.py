@@ -1,37 +1,15 @@
 """The small models of the lessons that the lessons do not define
-themselves: LeNet's parameters, the loss, and lesson 5's MLP, Adam and
-pipeline stages."""
+themselves: the loss, and lesson 5's Adam and GPipe step (LeNet's
+parameters, the MLP and the pipeline stages are written once for both
+frameworks, in d2lpar/_backend.py)."""
 import torch
 from torch import nn
 
 from d2lpar import _backend
-from d2lpar._torch.arrays import concat, relu  # noqa: F401 (_backend's models)
 from d2lpar.sharding import gpipe_schedule
+from d2lpar._torch.backend import BACKEND
 from d2lpar._torch.devices import launch, synchronize
 
-
-# Written once for both backends (d2lpar/_backend.py), from these arrays
-def _normal(shape, std):
-    return torch.randn(size=shape) * std
-
-
-def _zeros(n):
-    return torch.zeros(n)
-
-
-
-def _dot(X, W):
-    return X @ W
-
-
-
-def _nbytes(x):
-    return x.numel() * x.element_size()
-
-
-(lenet_params, mlp_params, mlp, held_bytes, pipeline_params,
- stage_forward) = _backend.model_functions(__name__)
-MLP_SHAPES = _backend.MLP_SHAPES
 loss = nn.CrossEntropyLoss(reduction='none')
 
 
@@ -63,7 +41,8 @@ def gpipe_step(X, y, stage_params, *, devices, num_microbatches,
         def F_(previous):  # the name shows on the timeline
             x = previous if s == 0 else previous[1]
             x = x.detach().to(devices[s]).requires_grad_(s > 0)
-            return x, stage_forward(x, stage_params[s], last=s == k - 1)
+            return x, _backend.stage_forward(BACKEND, x, stage_params[s],
+                                             last=s == k - 1)
         F_.__name__ = f'F{j}'
         previous = X_parts[j] if s == 0 else fwd[s - 1][j]
         fwd[s][j] = launch(devices[s], F_, previous)
