@@ -22,7 +22,7 @@ import shutil
 import subprocess
 
 from d2lpar import fonts
-from d2lpar.i18n import _, error_message
+from d2lpar.i18n import _, error_message, number
 
 Link = collections.namedtuple('Link', 'label alpha beta')
 Link.__doc__ = ('A link between devices: a label, the latency `alpha` in '
@@ -114,15 +114,14 @@ def allreduce_time(n_bytes, k, link, *, algorithm='ring'):
 
 
 def format_seconds(t):
-    """`t` seconds with three significant digits, in us, ms or s. Always
-    with a decimal point: a lesson prints it in its own tables, whose
-    other columns Python formats, and a checked output is the same in
-    every language."""
+    """`t` seconds with three significant digits, in us, ms or s, with the
+    decimal sign of the lesson's language (as `d2l.fmt` writes the other
+    numbers of a lesson's tables): 5.77 ms, 5,77 ms in French."""
     if t < 0.9995e-3:
-        return f'{t * 1e6:.3g} µs'
+        return number(t * 1e6, '.3g') + ' µs'
     if t < 0.9995:
-        return f'{t * 1e3:.3g} ms'
-    return f'{t:.3g} s'
+        return number(t * 1e3, '.3g') + ' ms'
+    return number(t, '.3g') + ' s'
 
 
 # --------------------------------------------------------------------------

@@ -412,8 +412,10 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
     import matplotlib.pyplot as plt
     monkeypatch.setattr(plt, 'show', lambda: None)
     speak('fr')
-    # A lesson prints it in its tables: the same in every language
-    assert cost.format_seconds(5.77e-3) == '5.77 ms'
+    # A lesson prints it in its tables, beside numbers that d2l.fmt writes
+    # with the language's decimal sign: the same sign here
+    assert cost.format_seconds(5.77e-3) == '5,77 ms'
+    assert cost.format_seconds(2.5) == '2,5 s'
     rows = [{'devices': 2, 'algorithm': 'ring', 'bytes': b, 'seconds': 1e-4,
              'on': 'cpu'} for b in (1024, 4096)]
     cost.plot_cost_model(rows, links=['pcie4'])

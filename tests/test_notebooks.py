@@ -357,13 +357,22 @@ ENGLISH_OUTPUT = {
     'within', 'accuracy', 'accuracies', 'acc', 'value',
     'input', 'output', 'labels', 'devices', 'device', 'same', 'largest',
     'step', 'took', 'returned', 'times', 'long', 'first', 'than', 'less',
-    'equal', 'each', 'parameters', 'shape'}
+    'equal', 'each', 'parameters', 'shape',
+    # labels and units, not only sentences
+    'ring', 'naive', 'billion', 'million', 'bytes', 'seconds', 'per',
+    'stage', 'stages', 'steps', 'processes', 'process', 'hidden', 'layer',
+    'layers', 'memory', 'bubble', 'forward', 'backward', 'kept',
+    'data', 'set', 'run', 'runs', 'overlap', 'share'}
+# Units that a language writes its own way (docs/glossary/fr.md: Mo, Go;
+# a link's name, such as Ethernet 10 Gb/s, is written as its makers do)
+FOREIGN_UNITS = {'fr': re.compile(r'\b[kKMGT]B\b')}
 
 
 def english_in_output(text):
     # Names are not prose: code in backticks, calls, d2l.x, and the quoted
     # keys of a printed dict ({'parameters': 4, ...}), which code reads.
-    text = re.sub(r"`[^`]*`|\b\w+\([^)]*\)|\bd2l\.\w+|'\w+':", ' ', text)
+    text = re.sub(r"`[^`]*`|\b\w+\([^)]*\)|\bd2l\.\w+|'\w+':|\w+_\w+", ' ',
+                  text)
     return sorted({w for w in re.findall(r'[A-Za-z]+', text)
                    if w.lower() in ENGLISH_OUTPUT})
 
@@ -385,6 +394,9 @@ def test_checked_outputs_are_in_the_language_of_the_notebook(lang):
             text = ''.join(out.get('text', ''))
             for line in text.splitlines():
                 words = english_in_output(line)
+                unit = FOREIGN_UNITS.get(lang)
+                if unit and unit.search(line):
+                    words.append(unit.search(line)[0])
                 if words:
                     problems.append(f'{where}: {words}: {line[:70]!r}')
     assert not problems, '\n'.join(problems)
