@@ -97,7 +97,8 @@ def main(argv=None):
     v = notes['versions']
     head = ['# d2lpar benchmark', '',
             f'{datetime.datetime.now():%Y-%m-%d %H:%M}, '
-            f'{"quick" if args.quick else "full"} run. {CORES} CPU cores, '
+            f'{"quick" if args.quick else "full"} run. {CORES} CPU cores '
+            f'({notes.get("cpu", "unknown CPU")}), '
             f'{notes["platform"]}; no GPU unless the tables say so (CPU '
             f'stand-in devices). torch {v["torch"]}, mxnet {v["mxnet"]}, d2l '
             f'{v["d2l"]}. Data: {notes["data"]}.',
@@ -120,7 +121,51 @@ def main(argv=None):
         json.dump(results, f, indent=1, default=str)
     log(f'wrote {os.path.relpath(OUT_DIR, ROOT)}/results.md and results.json '
         f'in {notes["seconds"]:.0f} s')
+    if full_run(args):
+        with open(PERFORMANCE, 'w') as f:
+            f.write(performance_page(text))
+        log(f'wrote {os.path.relpath(PERFORMANCE, ROOT)}')
     return 0
+
+
+PERFORMANCE = os.path.join(ROOT, 'docs', 'performance.md')
+READING = '''\
+# Performance
+
+This page is written by `make bench` (`python -m tools.bench`, about 9
+minutes on 2 cores); nothing in it is edited by hand. Run `make bench`
+again on your machine and commit the page it writes, or read
+`build/bench/results.md`, which every run writes (also `--quick` and
+`--skip-notebooks` runs, which leave this page as it is).
+
+How to read it. Everything is measured side by side in one run and
+reported as ratios and medians of repeats, so that a figure means
+something on a noisy machine; the load line says how busy the machine
+was. A CPU stand-in device is half of the cores: two of them are faster
+than one but never faster than the whole CPU, so these ratios say that
+the lessons show parallelism, not that a laptop trains faster with them.
+On one host the ring allreduce moves as many bytes as the simple one
+(2(k-1)N), so it cannot win there; across devices with links of their
+own, the simple one pushes 2(k-1)N bytes through one device while the
+ring puts 2(k-1)N/k on each link.
+
+The run below:
+
+'''
+
+
+def full_run(args):
+    """Whether this is `make bench` as is, the run that docs/performance.md
+    records (a smoke run, or one without the lessons, is not)."""
+    return not (args.quick or args.skip_notebooks) and args.languages == 'en'
+
+
+def performance_page(report):
+    """docs/performance.md: how to read it, then the run's report, its
+    headings one level down."""
+    body = '\n'.join('#' + line if line.startswith('#') else line
+                     for line in report.splitlines())
+    return READING + body + '\n'
 
 
 if __name__ == '__main__':

@@ -25,6 +25,19 @@ def cpu_busy(seconds=1.0):
     return 1 - (idle1 - idle0) / max(1, total1 - total0)
 
 
+def cpu_model():
+    """The CPU's model name, as /proc/cpuinfo gives it (AMD EPYC or Intel
+    Xeon on this project's machines; their kernels round differently)."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine_notes():
     import importlib.metadata as md
     versions = {}
@@ -34,6 +47,7 @@ def machine_notes():
         except md.PackageNotFoundError:
             versions[pkg] = None
     return {'cores': CORES, 'platform': platform.platform(),
+            'cpu': cpu_model(),
             'processor': platform.processor() or platform.machine(),
             'python': platform.python_version(), 'versions': versions,
             'loadavg_start': os.getloadavg()[0],
