@@ -225,7 +225,11 @@ def parse_args(argv=None):
         'with --accumulate: leave no_sync() out, as a naive loop does, so '
         'that every micro-batch sends an allreduce (the same step, more '
         'communication)'))
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.naive_accumulate and args.accumulate < 2:
+        p.error(_('--naive-accumulate needs --accumulate 2 or more: with '
+                  'one micro-batch per step nothing can be sent early'))
+    return args
 
 
 @record  # torchrun then reports the traceback of a failed rank

@@ -82,6 +82,10 @@ def train(framework, num_workers, batch_size=256, lr=0.2, num_epochs=2,
         raise ValueError(error_message(
             "optimizer is 'sgd' or 'adam', got {optimizer!r}.",
             optimizer=optimizer))
+    if naive_accumulate and accumulate < 2:
+        raise ValueError(error_message(
+            'naive_accumulate=True needs accumulate=2 or more: with one '
+            'micro-batch per step nothing can be sent early.'))
     if pipelined and framework != 'torch':
         raise NotImplementedError(error_message(
             'MXNet has no pipeline tool: see the from-scratch GPipe of '

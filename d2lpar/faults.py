@@ -14,6 +14,7 @@ scripts do when asked to fail, kept out of their training loops.
 The scripts call `add_arguments` on their parser, `at_step` at every
 step and `at_exit` as they leave.
 """
+import argparse
 import os
 
 from d2lpar.i18n import _, error_message
@@ -28,9 +29,10 @@ def add_arguments(p):
     p.add_argument('--fail-at-step', type=int, default=None,
                    help=_('to test restarts: the last process kills itself '
                           'at this step, the first time only'))
+    # Only the tests use it (every process starts a process that outlives
+    # it, to test the cleanup): it stays out of --help
     p.add_argument('--leave-a-child', action='store_true',
-                   help=_('to test the cleanup: every process starts a '
-                          'process that outlives it'))
+                   help=argparse.SUPPRESS)
 
 
 def at_step(args, step, rank, world):

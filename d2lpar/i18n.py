@@ -117,12 +117,13 @@ def _percent(text, lang):
     """A percentage formatted by Python ('91,6%', perhaps padded) written
     as `lang` writes it: '91,6 %' in French (a narrow no-break space
     before the sign), '%91,6' in Turkish (the sign first, after a minus),
-    as is in English and Chinese. Padding stays where it was."""
+    as is in English and Chinese. Padding with spaces keeps its width
+    (other fill characters are left as Python wrote them)."""
     body = text.strip()
     if lang == 'fr':
         new = body[:-1] + '\u202f%'
     elif lang == 'tr':
-        sign = '-' if body.startswith('-') else ''
+        sign = body[0] if body[0] in '+-' else ''
         new = sign + '%' + body[len(sign):-1]
     else:
         return text

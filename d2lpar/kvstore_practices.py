@@ -146,8 +146,8 @@ def first_indices(num_examples, num_workers, epochs, new_order, count=6,
 def accumulate_gradients(net, loss_fn, X, y, micro_steps, push=None):
     # Backpropagate the summed loss over (X, y) in micro_steps equal
     # micro-batches; with grad_req='add' their gradients add up, and
-    # nothing goes to the KVStore until trainer.step. Returns the losses
-    # of the last micro-batch
+    # nothing goes to the KVStore until trainer.step (unless push is
+    # given: the naive loop). Returns the losses of the last micro-batch
     size = len(y) // micro_steps
     for i in range(micro_steps):
         part = slice(i * size, (i + 1) * size)

@@ -159,7 +159,11 @@ def parse_args(argv=None):
         'with --accumulate: call trainer.step after every micro-batch, as '
         'a naive loop does, so that every micro-batch is pushed and the '
         'server updates after each'))
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.naive_accumulate and args.accumulate < 2:
+        p.error(_('--naive-accumulate needs --accumulate 2 or more: with '
+                  'one micro-batch per step nothing can be sent early'))
+    return args
 
 
 def main(argv=None):
@@ -218,11 +222,15 @@ def main(argv=None):
         for param in net.collect_params().values():
             param.grad_req = 'add'
     compute, communication = 0.0, 0.0
+    pushed = [0.0]  # seconds of this step's early pushes
 
     def push_now():  # --naive-accumulate: after a micro-batch, not a step
+        t = time.perf_counter()
         with watchdog:
             trainer.step(B)
             net.collect_params().zero_grad()
+            npx.waitall()
+        pushed[0] += time.perf_counter() - t
 
     first_shards = [None] * done  # this worker's first shard of each epoch
     os.makedirs(args.out, exist_ok=True)
@@ -236,9 +244,10 @@ def main(argv=None):
                                          epoch, step, first_shards):
             X = np.array(X_train[idx], ctx=ctx)
             y = np.array(y_train[idx].astype('int32'), ctx=ctx)
-            t0 = time.perf_counter()
+            t0, pushed[0] = time.perf_counter(), 0.0
             # The gradient of the sum over the shard, micro-batch by
-            # micro-batch when accumulating (nothing is sent meanwhile)
+            # micro-batch when accumulating (nothing is sent meanwhile,
+            # unless --naive-accumulate pushes after each micro-batch)
             loss = accumulate_gradients(net, loss_fn, X, y, args.accumulate,
                                         push_now if args.naive_accumulate
                                         else None)
@@ -251,8 +260,8 @@ def main(argv=None):
                 if args.accumulate > 1:  # grad_req='add': start from zero
                     net.collect_params().zero_grad()
                 npx.waitall()
-            compute += t1 - t0
-            communication += time.perf_counter() - t1
+            compute += t1 - t0 - pushed[0]  # early pushes: communication
+            communication += time.perf_counter() - t1 + pushed[0]
             if step == 1 and rank == 0:
                 write_npz(os.path.join(args.out, 'params_step1.npz'),
                           named_params(net))

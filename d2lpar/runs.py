@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 
+from d2lpar import data
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import _, error_message
 from d2lpar.training import TrainResult
@@ -70,9 +71,8 @@ def collect(framework, out_dir, prefix, num_workers, num_servers=0):
             servers.append({'server': i, 'keys': {}, 'parameter_bytes': 0,
                             'optimizer_bytes': 0})
     if summary.get('data'):  # the run's processes loaded the data, so
-        # d2l.data_source() names what they trained on (data.py keeps it)
-        from d2lpar import data
-        data._source = summary['data']
+        # d2l.data_source() names what they trained on
+        data.set_source(summary['data'])
     seconds = max(p['seconds_total'] for p in processes)
     epochs = summary['epochs']
     return DistributedResult(

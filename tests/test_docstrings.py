@@ -15,22 +15,25 @@ FENCE = '```{.python .input}'
 
 
 def docstrings(lang, chapter):
-    """{(tab, qualified name): docstring} of the functions and classes
-    of the code cells of a lesson source (solutions included)."""
+    """{(code cell number, tab, name, number of the definition of that
+    name in the cell): docstring} of the functions and classes of a
+    lesson source (solutions included). The code cells stand in the same
+    order in every language."""
     found = {}
     lines = (NB / lang / f'{chapter}.md').read_text(
         encoding='utf-8').splitlines()
-    for n, line in enumerate(lines):
-        if line.strip() != FENCE:
-            continue
+    starts = [n for n, line in enumerate(lines) if line.strip() == FENCE]
+    for cell, n in enumerate(starts):
         end = lines.index('```', n + 1)
         tab = lines[n + 1].split()[-1]
         tree = ast.parse('\n'.join(lines[n + 2:end]))
+        seen = {}
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                seen[node.name] = seen.get(node.name, 0) + 1
                 text = ast.get_docstring(node)
                 if text:
-                    found[tab, node.name] = text
+                    found[cell, tab, node.name, seen[node.name]] = text
     return found
 
 
@@ -41,7 +44,6 @@ def test_the_docstrings_are_in_the_lessons_language(lang, chapter):
     mine = docstrings(lang, chapter)
     assert mine.keys() == english.keys(), \
         f'{lang}/{chapter}: not the same documented functions as in English'
-    left = sorted(name for key, name in english if mine[key, name] ==
-                  english[key, name])
+    left = sorted(key[2] for key in english if mine[key] == english[key])
     assert not left, (f'{lang}/{chapter}.md: the docstrings of {left} are '
                       f'still the English ones; translate them')

@@ -283,6 +283,8 @@ def test_fmt_writes_numbers_as_the_language_does(lang, expected, speak):
         expected)  # padded fields keep their width
     assert d2l_api.fmt('{} of {n}', 'two', n=3) == 'two of 3'
     assert d2l_api.fmt('{:d} processes', 2) == '2 processes'
+    if lang == 'tr':  # the sign before the percent sign, as for a minus
+        assert d2l_api.fmt('{:+.0%}', 0.25) == '+%25'
 
 
 def test_a_bad_language_code_is_a_clear_error():

@@ -220,3 +220,31 @@ def test_a_shard_that_micro_batches_cannot_split_is_refused(tmp_path):
         with contextlib.redirect_stdout(io.StringIO()):
             distributed.launch_torch(2, tmp_path, ARGS + ['--accumulate', 5],
                                      timeout=120, num_gpus=0)
+
+
+@pytest.mark.parametrize('script', ['ddp_train', 'kvstore_train'])
+def test_a_naive_accumulation_needs_several_micro_batches(script, capsys):
+    # With one micro-batch per step there is nothing to send early: the
+    # option would do nothing and still be recorded as used
+    if script == 'kvstore_train':
+        pytest.importorskip('mxnet')
+    import importlib
+    module = importlib.import_module(f'd2lpar.{script}')
+    with pytest.raises(SystemExit):
+        module.parse_args(['--out', 'x', '--naive-accumulate'])
+    assert '--naive-accumulate needs --accumulate 2' in capsys.readouterr().err
+    args = module.parse_args(['--out', 'x', '--naive-accumulate',
+                              '--accumulate', '4'])
+    assert args.naive_accumulate and args.accumulate == 4
+    with pytest.raises(ValueError, match='naive_accumulate=True needs '
+                                         'accumulate=2 or more'):
+        distributed.train('torch', 2, naive_accumulate=True)
+
+
+def test_the_tests_own_options_stay_out_of_help():
+    from d2lpar import ddp_train
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        ddp_train.parse_args(['--help'])
+    assert '--crash-at-step' in out.getvalue()
+    assert '--leave-a-child' not in out.getvalue()

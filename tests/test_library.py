@@ -61,6 +61,19 @@ def test_a_hand_edit_in_one_copy_of_shared_code_is_caught_by_name(tree):
     assert library.check(tree / 'notebooks') == []
 
 
+def test_a_saved_function_may_not_replace_a_hand_written_one(tree):
+    # torch.py defines try_devices by hand (a wrapper of _backend's): a
+    # lesson's #@save function of that name would silently replace it
+    lesson = tree / 'notebooks' / 'en' / 'multiple-gpus.md'
+    lesson.write_text(lesson.read_text(encoding='utf-8').replace(
+        '#@save\ndef split_batch', '#@save\ndef try_devices'),
+        encoding='utf-8')
+    problems = library.check(tree / 'notebooks')
+    assert ("d2lpar/torch.py: the lessons' #@save try_devices would replace "
+            "the try_devices that the hand-written part defines; rename one "
+            "of them") in problems
+
+
 def test_a_function_added_or_removed_by_hand_is_caught(tree):
     path = tree / 'd2lpar' / 'mxnet.py'
     text = path.read_text(encoding='utf-8')

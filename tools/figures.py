@@ -546,6 +546,9 @@ def one_f_one_b(k, m):
                 if not 0 <= need[0] < k or done.get(need, t) < t:
                     tick.append((s, kind, j))
                     todo[s].pop(0)
+        if not tick:
+            raise RuntimeError(f'the 1F1B schedule of k={k}, m={m} is stuck '
+                               f'at tick {t}')
         for s, kind, j in tick:
             done[s, kind, j] = t
         ticks.append(tick)
@@ -574,7 +577,10 @@ def pipeline_schedules(w, lang, k=2, m=4, v=2):
              for tick in one_f_one_b(k, m)]
     chunked = [[(d, kind, j, 'abcdefgh'[c // k]) for d, kind, j, c in tick]
                for tick in interleaved_schedule(k, m, v)]
-    assert held(gpipe, k) == m and held(one_f, k) == min(k, m)  # lesson 5
+    if not (held(gpipe, k) == m and held(one_f, k) == min(k, m)):
+        raise ValueError('the schedules keep other counts of micro-batches '
+                         'than lesson 5 says (m for GPipe, min(k, m) for '
+                         '1F1B)')
     panels = [('GPipe', gpipe, 1, w['held'].format(held(gpipe, k))),
               ('1F1B', one_f, 1, w['held'].format(held(one_f, k))),
               (w['interleaved'].format(v), chunked, v, w['halftick'])]
@@ -590,7 +596,10 @@ def pipeline_schedules(w, lang, k=2, m=4, v=2):
         top = 3.95 - 1.13 * p
         slots = k * len(ticks)
         idle = slots - sum(len(tick) for tick in ticks)
-        assert math.isclose(idle / slots, bubble_fraction(k, m, chunks))
+        if not math.isclose(idle / slots, bubble_fraction(k, m, chunks)):
+            raise ValueError(f'{name}: {idle}/{slots} idle slots, but '
+                             f'bubble_fraction gives '
+                             f'{bubble_fraction(k, m, chunks)}')
         label(ax, x0, top - 0.08, w['bubble'].format(
             idle, slots, number(round(idle / slots, 3), lang), note),
             8 - x0 - 0.1, fontsize=7)

@@ -4,7 +4,7 @@ executed notebook and its figures under OUT, in the notebook's own path:
 
     OUT/notebooks/en/pytorch/multiple-gpus.ipynb         executed notebook
     OUT/notebooks/en/pytorch/multiple-gpus/cell07-1.png  a figure (.svg, .jpg)
-    OUT/lessons.json, OUT/lessons.md       seconds, figures, checks, result
+    OUT/lessons.json, OUT/lessons.md                     seconds, results
 
 A lesson fails when a cell raises, or when a checked cell (tagged
 nbval-check-output) prints other lines than the committed notebook, after

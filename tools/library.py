@@ -21,6 +21,7 @@ Standard library only::
 It builds the library only: tools/notebooks.py (make notebooks) builds
 the notebooks, and make check-notebooks checks both.
 """
+import ast
 import pathlib
 import re
 import sys
@@ -173,12 +174,35 @@ def build(notebooks_root):
     return written
 
 
+def shadowed(path, text):
+    """A line per function of the generated part of `text` (a backend's
+    new text) whose name the hand-written part already defines or
+    imports: the generated one would silently replace it."""
+    hand, generated_part = _split(text, path)
+    names = set()
+    for node in ast.parse(hand).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split('.')[0]
+                         for a in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets
+                         if isinstance(t, ast.Name))
+    where = path.relative_to(path.parent.parent)
+    return [f'{where}: the lessons\' #@save {name} would replace the '
+            f'{name} that the hand-written part defines; rename one of them'
+            for name in _blocks(generated_part) if name in names]
+
+
 def check(notebooks_root):
     """The problems found, one line each (none when both backends match
     their lessons)."""
     try:
         problems = [line for path, text in targets(notebooks_root).items()
-                    for line in differences(path, text)]
+                    for line in shadowed(path, text) + differences(path,
+                                                                   text)]
     except ValueError as e:  # no generated-code line
         problems = [str(e)]
     if problems:

@@ -6,13 +6,15 @@ Usage::
     python tools/pin_outputs.py notebooks/fr/multiple-gpus.md [...]
     python tools/pin_outputs.py --framework mxnet notebooks/zh/*.md
 
-For each source it builds the notebooks, runs each framework's notebook
+For each source it builds the notebooks and the library (the #@save code
+of the English lessons in d2lpar's backends, as `make lib` does), runs
+each framework's notebook
 top to bottom in a fresh kernel (as nbval does), and replaces the output
 block after every ``#@check`` cell with the cell's printed text. A block
 shared by both frameworks (``#@tab all``) stays shared when both print
-the same, and is split in two otherwise. Rebuild the notebooks afterwards
-(``make notebooks``) and read the diff before committing: the outputs are
-what a student will be compared with.
+the same, and is split in two otherwise. It rebuilds the notebooks
+afterwards; read the diff before committing: the outputs are what a
+student will be compared with.
 """
 import argparse
 import os
@@ -24,6 +26,7 @@ from nbclient import NotebookClient
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import lesson_source  # noqa: E402  (tools/lesson_source.py)
+import library  # noqa: E402  (tools/library.py)
 import notebooks  # noqa: E402  (tools/notebooks.py)
 
 
@@ -87,6 +90,7 @@ def main(argv=None):
                         action='append')
     args = parser.parse_args(argv)
     notebooks.main(['', 'build'])
+    library.main(['', 'build'])  # the notebooks run the lessons' #@save code
     for src in args.sources:
         src = src.resolve()
         chapter = src.stem

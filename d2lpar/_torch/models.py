@@ -1,5 +1,5 @@
 """The small models of the lessons that the lessons do not define
-themselves: the loss, and lesson 5's Adam and GPipe step (LeNet's
+themselves: the loss, SGD, and lesson 5's Adam and GPipe step (LeNet's
 parameters, the MLP and the pipeline stages are written once for both
 frameworks, in d2lpar/_backend.py)."""
 import torch

@@ -125,6 +125,9 @@ def main(argv=None):
         with open(PERFORMANCE, 'w') as f:
             f.write(performance_page(text))
         log(f'wrote {os.path.relpath(PERFORMANCE, ROOT)}')
+    else:
+        log(f'{os.path.relpath(PERFORMANCE, ROOT)} left as it is (not a '
+            f'full run)')
     return 0
 
 
@@ -135,8 +138,9 @@ READING = '''\
 This page is written by `make bench` (`python -m tools.bench`, about 9
 minutes on 2 cores); nothing in it is edited by hand. Run `make bench`
 again on your machine and commit the page it writes, or read
-`build/bench/results.md`, which every run writes (also `--quick` and
-`--skip-notebooks` runs, which leave this page as it is).
+`build/bench/results.md`, which every run writes (also the `--quick`,
+`--skip-notebooks` and `--languages` runs, which leave this page as it
+is).
 
 How to read it. Everything is measured side by side in one run and
 reported as ratios and medians of repeats, so that a figure means
@@ -156,7 +160,8 @@ The run below:
 
 def full_run(args):
     """Whether this is `make bench` as is, the run that docs/performance.md
-    records (a smoke run, or one without the lessons, is not)."""
+    records (a smoke run, one without the lessons or one with other
+    languages is not)."""
     return not (args.quick or args.skip_notebooks) and args.languages == 'en'
 
 
