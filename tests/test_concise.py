@@ -195,3 +195,45 @@ def test_layers_defined_in_a_notebook_are_refused():
     with pytest.raises(ValueError, match='Move it into a .py file'):
         d2l.train_concise(net, d2l.try_devices(2), batch_size=64, lr=0.1,
                           **SMALL)
+
+
+def test_a_crash_on_the_way_out_after_the_run_is_done_is_only_reported(
+        capsys):
+    """PyTorch's teardown crash ("terminate called without an active
+    exception", SIGABRT) can hit a process after rank 0 sent the trained
+    state; the run is complete then. Any other failure stops the run."""
+    pytest.importorskip('torch')
+    from torch.multiprocessing.spawn import ProcessExitedException
+    from d2lpar._torch import processes
+
+    class Ended:
+        def is_alive(self):
+            return False
+
+    class Procs:
+        processes = [Ended(), Ended()]
+
+    class Mailbox:
+        def __init__(self, messages):
+            self.messages = messages
+
+        def take(self):
+            messages, self.messages = self.messages, []
+            return messages
+
+    abort = ProcessExitedException('process 1 terminated with signal '
+                                   'SIGABRT', 1, 123, -6, 'SIGABRT')
+    state = {'w': 1}
+    got = processes._after_teardown_crash(
+        abort, Procs(), Mailbox([('state', state)]), print, None, wait=1)
+    assert got is state
+    assert 'rank 1 crashed while shutting down' in capsys.readouterr().out
+    # Before the state arrived, or another failure: no state, the caller
+    # stops the run with the error
+    assert processes._after_teardown_crash(
+        abort, Procs(), Mailbox([]), print, None, wait=1) is None
+    killed = ProcessExitedException('process 1 terminated with signal '
+                                    'SIGKILL', 1, 123, -9, 'SIGKILL')
+    assert processes._after_teardown_crash(
+        killed, Procs(), Mailbox([('state', state)]), print, None,
+        wait=1) is None

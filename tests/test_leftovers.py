@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 
@@ -61,7 +62,12 @@ def test_the_mark_is_this_runs_own():
     child = subprocess.Popen([sys.executable, '-c',
                               'import time; time.sleep(30)'])
     try:
-        assert child.pid in {p.pid for p in leftovers.left_running(mark)}
+        # Its environment is readable once the child has started (CI on
+        # Python 3.13 once looked before that): look for up to 10 s
+        deadline = time.monotonic() + 10
+        while child.pid not in {p.pid for p in leftovers.left_running(mark)}:
+            assert time.monotonic() < deadline, 'the child was not found'
+            time.sleep(0.1)
         assert not leftovers.left_running(mark + 'x')
     finally:
         leftovers.kill([psutil.Process(child.pid)])

@@ -12,7 +12,7 @@ import torch
 from torch.multiprocessing.spawn import ProcessException
 
 from d2lpar import launch as _launch
-from d2lpar.i18n import error_message
+from d2lpar.i18n import _, error_message
 
 
 def _quiet_worker(rank, worker, *args):
@@ -102,15 +102,16 @@ def _watch_processes(procs, mailbox, report, timeout):
             try:
                 done = procs.join(timeout=0.1)
             except ProcessException as e:
-                raise RuntimeError(error_message(
-                    'A training process failed, so train_concise stopped '
-                    'all of them:') + f'\n{e}') from None
-            for kind, *payload in mailbox.take():
-                if kind == 'epoch':
-                    report(*payload)
-                    deadline = time.monotonic() + timeout
-                else:
-                    state = payload[0]
+                state = _after_teardown_crash(e, procs, mailbox, report,
+                                              state)
+                if state is None:
+                    raise RuntimeError(error_message(
+                        'A training process failed, so train_concise '
+                        'stopped all of them:') + f'\n{e}') from None
+                return state
+            state, epochs = _take(mailbox, report, state)
+            if epochs:
+                deadline = time.monotonic() + timeout
             if not done and time.monotonic() > deadline:
                 raise RuntimeError(error_message(
                     'No epoch of train_concise ended within {timeout} s, so '
@@ -118,4 +119,39 @@ def _watch_processes(procs, mailbox, report, timeout):
                     'examples or a thinner network.', timeout=timeout))
     finally:
         _launch.stop_spawned(procs.processes)
+    return state
+
+
+def _take(mailbox, report, state):
+    """Pass the epochs that arrived on to `report`; (the trained state if
+    it arrived, else `state`; how many epochs arrived)."""
+    epochs = 0
+    for kind, *payload in mailbox.take():
+        if kind == 'epoch':
+            report(*payload)
+            epochs += 1
+        else:
+            state = payload[0]
+    return state, epochs
+
+
+def _after_teardown_crash(error, procs, mailbox, report, state, wait=30):
+    """The trained state when `error` is PyTorch's crash on the way out
+    ("terminate called without an active exception", SIGABRT) after the
+    run was done: rank 0 sends the state once every step of every process
+    is over, so its arrival means the run is complete. Else None."""
+    if getattr(error, 'signal_name', None) != 'SIGABRT':
+        return None
+    end = time.monotonic() + wait
+    while state is None and time.monotonic() < end:
+        state, _epochs = _take(mailbox, report, state)
+        if state is None and not any(p.is_alive() for p in procs.processes):
+            state, _epochs = _take(mailbox, report, state)
+            break
+        time.sleep(0.1)
+    if state is not None:
+        print(_('d2lpar: rank {rank} crashed while shutting down, after '
+                'writing all its results ({error}); the run itself is '
+                'complete.').format(rank=error.error_index,
+                                    error='SIGABRT'), flush=True)
     return state
