@@ -203,7 +203,7 @@ def test_a_crash_on_the_way_out_after_the_run_is_done_is_only_reported(
     exception", SIGABRT) can hit a process after rank 0 sent the trained
     state; the run is complete then. Any other failure stops the run."""
     pytest.importorskip('torch')
-    from torch.multiprocessing.spawn import ProcessExitedException
+    import signal
     from d2lpar._torch import processes
 
     class Ended:
@@ -221,19 +221,16 @@ def test_a_crash_on_the_way_out_after_the_run_is_done_is_only_reported(
             messages, self.messages = self.messages, []
             return messages
 
-    abort = ProcessExitedException('process 1 terminated with signal '
-                                   'SIGABRT', 1, 123, -6, 'SIGABRT')
+    abort, kill = -signal.SIGABRT, -signal.SIGKILL
     state = {'w': 1}
     got = processes._after_teardown_crash(
-        abort, Procs(), Mailbox([('state', state)]), print, None, wait=1)
+        1, abort, Procs(), Mailbox([('state', state)]), print, None, wait=1)
     assert got is state
     assert 'rank 1 crashed while shutting down' in capsys.readouterr().out
     # Before the state arrived, or another failure: no state, the caller
     # stops the run with the error
     assert processes._after_teardown_crash(
-        abort, Procs(), Mailbox([]), print, None, wait=1) is None
-    killed = ProcessExitedException('process 1 terminated with signal '
-                                    'SIGKILL', 1, 123, -9, 'SIGKILL')
+        1, abort, Procs(), Mailbox([]), print, None, wait=1) is None
     assert processes._after_teardown_crash(
-        killed, Procs(), Mailbox([('state', state)]), print, None,
+        1, kill, Procs(), Mailbox([('state', state)]), print, None,
         wait=1) is None

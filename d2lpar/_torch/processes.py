@@ -5,6 +5,7 @@ import contextlib
 import io
 import os
 import pickle
+import signal
 import tempfile
 import time
 
@@ -97,29 +98,37 @@ def _watch_processes(procs, mailbox, report, timeout):
     case leave none running."""
     deadline, state = time.monotonic() + timeout, None
     try:
-        done = False
-        while not done:
-            try:
-                done = procs.join(timeout=0.1)
-            except ProcessException as e:
-                state = _after_teardown_crash(e, procs, mailbox, report,
-                                              state)
-                if state is None:
-                    raise RuntimeError(error_message(
-                        'A training process failed, so train_concise '
-                        'stopped all of them:') + f'\n{e}') from None
-                return state
+        while True:
+            time.sleep(0.1)
+            codes = [p.exitcode for p in procs.processes]
             state, epochs = _take(mailbox, report, state)
             if epochs:
                 deadline = time.monotonic() + timeout
-            if not done and time.monotonic() > deadline:
+            failed = [i for i, code in enumerate(codes)
+                      if code not in (None, 0)]
+            if failed:
+                state = _after_teardown_crash(failed[0], codes[failed[0]],
+                                              procs, mailbox, report, state)
+                if state is not None:
+                    return state
+                try:  # the error of the failed process, with its traceback
+                    procs.join(timeout=1)
+                    error = f'process {failed[0]} exit code {codes[failed[0]]}'
+                except ProcessException as e:
+                    error = str(e)
+                raise RuntimeError(error_message(
+                    'A training process failed, so train_concise stopped '
+                    'all of them:') + f'\n{error}')
+            if all(code == 0 for code in codes):
+                procs.join()
+                return _take(mailbox, report, state)[0]
+            if time.monotonic() > deadline:
                 raise RuntimeError(error_message(
                     'No epoch of train_concise ended within {timeout} s, so '
                     'it stopped the processes: are they stuck? Try fewer '
                     'examples or a thinner network.', timeout=timeout))
     finally:
         _launch.stop_spawned(procs.processes)
-    return state
 
 
 def _take(mailbox, report, state):
@@ -135,12 +144,15 @@ def _take(mailbox, report, state):
     return state, epochs
 
 
-def _after_teardown_crash(error, procs, mailbox, report, state, wait=30):
-    """The trained state when `error` is PyTorch's crash on the way out
-    ("terminate called without an active exception", SIGABRT) after the
-    run was done: rank 0 sends the state once every step of every process
-    is over, so its arrival means the run is complete. Else None."""
-    if getattr(error, 'signal_name', None) != 'SIGABRT':
+def _after_teardown_crash(rank, code, procs, mailbox, report, state,
+                         wait=30):
+    """The trained state when process `rank` ended with `code` -SIGABRT,
+    PyTorch's crash on the way out ("terminate called without an active
+    exception"), once the run was done: rank 0 sends the state when every
+    step of every process is over, so its arrival (within `wait` seconds,
+    while the other processes run on) means the run is complete. Else
+    None, and the run failed."""
+    if code != -signal.SIGABRT:
         return None
     end = time.monotonic() + wait
     while state is None and time.monotonic() < end:
@@ -152,6 +164,5 @@ def _after_teardown_crash(error, procs, mailbox, report, state, wait=30):
     if state is not None:
         print(_('d2lpar: rank {rank} crashed while shutting down, after '
                 'writing all its results ({error}); the run itself is '
-                'complete.').format(rank=error.error_index,
-                                    error='SIGABRT'), flush=True)
+                'complete.').format(rank=rank, error='SIGABRT'), flush=True)
     return state
