@@ -98,11 +98,11 @@ from d2lpar.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
     first_indices, fresh_store, make_optimizer, restarts, resume,
     save_checkpoint, say_lost_machines, sharded_loader)
 from d2lpar.devices import choose_gpu
-from d2lpar.i18n import _, error_message
+from d2lpar.i18n import N_, _, error_message
 from d2lpar.pipeline_train import train_pipeline
 from d2lpar.scripts import (
-    shard_size, shards_of_epoch, training_arguments, training_data, write_json,
-    write_npz)
+    parse_training_arguments, shard_size, shards_of_epoch, training_arguments,
+    training_data, write_json, write_npz)
 from d2lpar.training import learning_rate
 
 
@@ -209,8 +209,14 @@ def timed_allreduce(timer, bucket):
     return default_hooks.allreduce_hook(None, bucket).then(done)
 
 
+NAIVE_HELP = N_('with --accumulate: leave no_sync() out, as a naive loop '
+                'does, so that every micro-batch sends an allreduce (the '
+                'same step, more communication)')
+
+
 def parse_args(argv=None):
-    p = training_arguments(__doc__, 'processes', amp_help=AMP_HELP)
+    p = training_arguments(__doc__, 'processes', amp_help=AMP_HELP,
+                           naive_help=NAIVE_HELP)
     # Lesson 5's ways beyond data parallelism
     p.add_argument('--pipeline', action='store_true', help=_(
         'train the MLP of lesson 5 in two pipeline stages, one per process'))
@@ -221,15 +227,7 @@ def parse_args(argv=None):
     p.add_argument('--fsdp', action='store_true', help=_(
         'shard parameters, gradients and optimizer state with FSDP '
         '(fully_shard) instead of DDP'))
-    p.add_argument('--naive-accumulate', action='store_true', help=_(
-        'with --accumulate: leave no_sync() out, as a naive loop does, so '
-        'that every micro-batch sends an allreduce (the same step, more '
-        'communication)'))
-    args = p.parse_args(argv)
-    if args.naive_accumulate and args.accumulate < 2:
-        p.error(_('--naive-accumulate needs --accumulate 2 or more: with '
-                  'one micro-batch per step nothing can be sent early'))
-    return args
+    return parse_training_arguments(p, argv)
 
 
 @record  # torchrun then reports the traceback of a failed rank

@@ -13,8 +13,14 @@ def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
     with `threads_each` CPU threads each, half of the CPU's."""
     found = (_('No GPU found') if num_found == 0 else
              _('Only {num_found} GPU(s) found').format(num_found=num_found))
-    share = (_('two of them split the CPU in two') if num_wanted <= 2 else
-             _('{n} of them share cores meant for two').format(n=num_wanted))
+    if num_wanted == 1:
+        share = _('half of the CPU: a second stand-in would take the other '
+                  'half')
+    elif num_wanted == 2:
+        share = _('two of them split the CPU in two')
+    else:
+        share = _('{n} of them share cores meant for two').format(
+            n=num_wanted)
     return ngettext(
         '{found}, {n} device requested: using {n} CPU stand-in '
         '({stand_ins}), computing with {threads} CPU thread(s) of its own '

@@ -100,14 +100,14 @@ from mxnet.gluon import nn
 
 from d2lpar import kvstore_state
 from d2lpar.devices import choose_gpu
-from d2lpar.i18n import _, error_message
+from d2lpar.i18n import N_, _, error_message
 from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
     AMP_HELP, CHECKPOINT, Watchdog, accumulate_gradients, check_amp,
     count_correct, count_pushes, evaluate, evaluate_shared, first_indices,
     resume, roll_call, save_checkpoint, sharded_loader, worker_shard)
 from d2lpar.scripts import (
-    shard_size, shards_of_epoch, training_arguments, training_data, write_json,
-    write_npz)
+    parse_training_arguments, shard_size, shards_of_epoch, training_arguments,
+    training_data, write_json, write_npz)
 
 npx.set_np()
 
@@ -150,20 +150,18 @@ def named_params(net):
             if getattr(net[i], kind, None) is not None}
 
 
+NAIVE_HELP = N_('with --accumulate: call trainer.step after every '
+                'micro-batch, as a naive loop does, so that every '
+                'micro-batch is pushed and the server updates after each')
+
+
 def parse_args(argv=None):
-    p = training_arguments(__doc__, 'workers', amp_help=AMP_HELP)
+    p = training_arguments(__doc__, 'workers', amp_help=AMP_HELP,
+                           naive_help=NAIVE_HELP)
     p.add_argument('--kvstore', default='dist_sync',
                    help=_('dist_sync, dist_async, ... or local (no '
                           'servers)'))
-    p.add_argument('--naive-accumulate', action='store_true', help=_(
-        'with --accumulate: call trainer.step after every micro-batch, as '
-        'a naive loop does, so that every micro-batch is pushed and the '
-        'server updates after each'))
-    args = p.parse_args(argv)
-    if args.naive_accumulate and args.accumulate < 2:
-        p.error(_('--naive-accumulate needs --accumulate 2 or more: with '
-                  'one micro-batch per step nothing can be sent early'))
-    return args
+    return parse_training_arguments(p, argv)
 
 
 def main(argv=None):

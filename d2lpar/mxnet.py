@@ -348,27 +348,24 @@ def train_batch(X, y, device_params, *, devices, lr, reduce=allreduce):
     for job in jobs:  # a stand-in's gradients exist once its job is done
         job.result()
     # Sum each gradient over all devices and give every device the sum
-    with d2l.no_grad():
-        for i in range(len(device_params[0])):
-            reduce([params[i].grad for params in device_params])
+    for i in range(len(device_params[0])):
+        reduce([params[i].grad for params in device_params])
     # Every device applies the same update to its own copy of the model
     for params in device_params:
         d2l.sgd(params, lr, X.shape[0])  # divide by the whole batch size
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def evaluate_accuracy(net, data_iter, device=None):
     """The fraction of examples of `data_iter` that `net` classifies
     correctly, computed on `device` (default: the first GPU, else the
     CPU)."""
     device = d2l.try_gpu() if device is None else device
     correct, total = 0, 0
-    with d2l.no_grad():
-        for X, y in data_iter:
-            X, y = d2l.to_device(X, device), d2l.to_device(y, device)
-            y_hat = d2l.astype(net(X).argmax(axis=1), y.dtype)
-            correct += (y_hat == y).sum()  # stays on device
-            total += len(y)
+    for X, y in data_iter:
+        X, y = X.as_in_ctx(device), y.as_in_ctx(device)
+        y_hat = net(X).argmax(axis=1).astype(y.dtype)
+        correct += (y_hat == y).sum()  # stays on device
+        total += len(y)
     return float(correct) / total
 
 
@@ -414,6 +411,7 @@ def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
     return result
 
 
+# From notebooks/en/communication-cost.md
 # (#@tab all: the same code stands in the other backend, from the same cell)
 def matmul_rate(device, n=1024, repeat=5):
     """FLOP/s of a product of two `n` x `n` matrices on `device`: 2 n**3

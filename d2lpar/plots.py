@@ -11,8 +11,10 @@ from d2lpar.timeline import KIND_COLORS, KIND_LABELS
 from d2lpar.timing import Benchmark
 
 
-def plot_timings(descriptions, *, sum_of=(), title=None, ax=None):
-    """Bar chart of the latest time of each description (in seconds).
+def plot_timings(descriptions, *, sum_of=(), title=None, ax=None,
+                 best_of=1):
+    """Bar chart of the latest time of each description (in seconds), or
+    with ``best_of=n`` the shortest of its `n` latest times.
 
     With ``sum_of=(a, b)`` a hatched bar shows ``a + b``, the time the two
     would take one after the other, next to the measured ones. Returns
@@ -20,9 +22,10 @@ def plot_timings(descriptions, *, sum_of=(), title=None, ax=None):
     """
     import matplotlib.pyplot as plt
     fonts.use_cjk_font()  # Chinese text, no missing glyph
-    times = {d: Benchmark.last(d) for d in descriptions}
+    times = {d: Benchmark.best(d, best_of) for d in descriptions}
     if sum_of:
-        times[' + '.join(sum_of)] = sum(Benchmark.last(d) for d in sum_of)
+        times[' + '.join(sum_of)] = sum(Benchmark.best(d, best_of)
+                                        for d in sum_of)
     if ax is None:
         ax = plt.subplots(figsize=(5.5, 0.45 * len(times) + 0.8))[1]
     labels = list(times)[::-1]
@@ -245,11 +248,11 @@ def print_processes(results):
     print(head)
     print('-' * display_width(head))
     for label, p, other in rows:
-        share = 100 * p['seconds_communication'] / p['seconds_total']
+        share = p['seconds_communication'] / p['seconds_total']
         values = [p['steps'], p['examples'], p['seconds_compute'],
                   p['seconds_communication'], p['seconds_total']]
         cells = [number(v, spec) for v, (name, width, spec) in
-                 zip(values, _COLUMNS[1:])] + [number(share, '.0f') + '%']
+                 zip(values, _COLUMNS[1:])] + [number(share, '.0%')]
         print(pad(label, widths[0]) + ''.join(
             pad(c, w, '>') for c, w in zip(cells, widths[1:])))
 

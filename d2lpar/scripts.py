@@ -10,12 +10,12 @@ from d2lpar.i18n import _, error_message
 from d2lpar.training import epoch_shards
 
 
-def training_arguments(doc, who, *, amp_help):
+def training_arguments(doc, who, *, amp_help, naive_help):
     """The command-line options that both training scripts share, under
     the first paragraph of the script's `doc` (`who` names the processes:
-    'processes' or 'workers'; `amp_help`, marked with N_, says what
-    ``--amp`` does in this framework); each script adds its own and calls
-    ``parse_args``."""
+    'processes' or 'workers'; `amp_help` and `naive_help`, marked with N_,
+    say what ``--amp`` and ``--naive-accumulate`` do in this framework);
+    each script adds its own and calls `parse_training_arguments`."""
     import argparse
     p = argparse.ArgumentParser(description=doc.split('\n\n')[0])
     p.add_argument('--out', required=True, help=_('folder for the results'))
@@ -37,12 +37,24 @@ def training_arguments(doc, who, *, amp_help):
                           'over them and communicated once per step'))
     p.add_argument('--optimizer', choices=['sgd', 'adam'], default='sgd',
                    help=_('adam keeps two numbers of state per parameter'))
+    p.add_argument('--naive-accumulate', action='store_true',
+                   help=_(naive_help))
     p.add_argument('--amp', action='store_true', help=_(amp_help))
     p.add_argument('--comm-timeout', type=float, default=120, help=_(
         'seconds a collective may wait before it fails (a machine lost)'))
     checkpoint_arguments(p)
     faults.add_arguments(p)  # failures on purpose (lesson 4, the tests)
     return p
+
+
+def parse_training_arguments(p, argv=None):
+    """`p.parse_args(argv)`, and an error of `p` (usage and exit code 2)
+    for options that cannot go together."""
+    args = p.parse_args(argv)
+    if args.naive_accumulate and args.accumulate < 2:
+        p.error(_('--naive-accumulate needs --accumulate 2 or more: with '
+                  'one micro-batch per step nothing can be sent early'))
+    return args
 
 
 def shard_size(args, world):

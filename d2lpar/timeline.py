@@ -1,7 +1,7 @@
 """Timelines: which operation ran on which device or thread, and when;
 drawn as a Gantt chart or saved as a Chrome trace. The backends record
 the events (d2lpar.torch with its profiler, d2lpar.mxnet with its
-profiler or a watcher thread per device).
+profiler or notes that MXNet's engine takes when each result is ready).
 """
 import dataclasses
 import os
@@ -41,9 +41,9 @@ class Timeline:
     """Record what runs where inside a ``with`` block, then `plot` it.
 
     The backends say how events are recorded (PyTorch: its profiler;
-    MXNet: its profiler when the build has one, else a watcher thread per
-    device). `watch(arrays, label, kind)` names results for backends that
-    need it and returns them unchanged.
+    MXNet: its profiler when the build has one, else notes that MXNet's
+    engine takes when each result is ready). `watch(arrays, label, kind)`
+    names results for backends that need it and returns them unchanged.
     """
     source = N_('nothing')  # what recorded the events, for the title
 

@@ -55,12 +55,20 @@ class Benchmark:
     @classmethod
     def last(cls, description):
         """The latest time measured under `description`, in seconds."""
-        for name, seconds in reversed(cls.records):
-            if name == description:
-                return seconds
-        raise KeyError(error_message(
-            'Nothing was measured as {description!r} yet: run the cell '
-            'that times it first.', description=description))
+        return cls.best(description, 1)
+
+    @classmethod
+    def best(cls, description, n):
+        """The shortest of the `n` latest times measured under
+        `description` (fewer if fewer were measured), in seconds: a single
+        run varies with whatever else the machine is doing."""
+        times = [seconds for name, seconds in cls.records
+                 if name == description][-n:]
+        if not times:
+            raise KeyError(error_message(
+                'Nothing was measured as {description!r} yet: run the '
+                'cell that times it first.', description=description))
+        return min(times)
 
 
 def best_seconds(fn, synchronize, repeat):

@@ -177,15 +177,20 @@ def test_each_process_gets_a_gpu_of_its_own_or_all_use_the_cpu(
 
 
 def lesson_use_gpus(d2l):
-    """The `use_gpus` that lesson 4 passes to both of its runs, evaluated
-    with `d2l` (its expression, read from the English source)."""
-    source = (pathlib.Path(__file__).resolve().parent.parent / 'notebooks'
-              / 'en' / 'distributed.md').read_text()
-    cell = source[source.index('settings = dict('):]
-    cell = cell[:cell.index('\n```')]
-    found = re.search(r'use_gpus=(.+)\)$', cell, re.M)
-    assert found, 'lesson 4 passes no use_gpus in its settings'
-    return eval(found[1], {'d2l': d2l})
+    """The `use_gpus` that lesson 4 passes to all of its runs, in both of
+    its notebooks (4a and 4b set it alike), evaluated with `d2l` (its
+    expression, read from the English sources)."""
+    found = []
+    for name in ('distributed.md', 'distributed-practice.md'):
+        source = (pathlib.Path(__file__).resolve().parent.parent
+                  / 'notebooks' / 'en' / name).read_text()
+        cell = source[source.index('settings = dict('):]
+        cell = cell[:cell.index('\n```')]
+        use = re.search(r'use_gpus=(.+)\)$', cell, re.M)
+        assert use, f'{name} passes no use_gpus in its settings'
+        found.append(use[1])
+    assert found[0] == found[1], found
+    return eval(found[0], {'d2l': d2l})
 
 
 def test_the_lessons_two_runs_use_the_same_kind_of_device(backend, gpus,

@@ -102,8 +102,8 @@ def test_readme_machine_table():
 
 @pytest.mark.parametrize('lang', LANGS)
 def test_guide_slides_name_lesson_2_subsection(lang):
-    """The slide notes list the subsections: lesson 2 has one too."""
-    lesson = _read('notebooks', lang, 'multiple-gpus.md')
+    """The slide notes list the subsections: lesson 2b has one too."""
+    lesson = _read('notebooks', lang, 'communication-cost.md')
     title = re.search(r'^### (.+)$', lesson, re.M).group(1)
     guide = _read('docs', 'teaching', f'{lang}.md')
     slides = guide[guide.index('make slides'):]

@@ -224,7 +224,7 @@ ERRORS = [  # call, its exception type and English text (as it always
      {'fr': 'liste vide', 'tr': 'boş bir liste', 'zh': '空列表'}),
     (lambda: sharding.zero_memory(10, 2, 4), ValueError,
      'stage is 0 (no sharding), 1, 2 or 3, got 4.',
-     {'fr': 'pas de répartition', 'tr': 'parçalama yok', 'zh': '不分片'}),
+     {'fr': 'sans partitionnement', 'tr': 'parçalama yok', 'zh': '不分片'}),
     (lambda: distributed.train('mxnet', 2, pipelined=True),
      NotImplementedError, 'MXNet has no pipeline tool: see the from-scratch '
      'GPipe of lesson 5 (d2l.gpipe_step).',
@@ -401,10 +401,10 @@ def test_plots_are_labelled_in_the_language(speak):
     ax = plt.subplots()[1]
     recorded.plot(ax=ax)
     assert [t.get_text() for t in ax.get_yticklabels()] == [
-        'cpu:0 copie', 'thread principal']
+        'cpu:0 (copies)', 'thread principal']
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         'calcul', 'copie']
-    assert ax.get_title() == 'enregistré avec torch.profiler'
+    assert ax.get_title() == "d'après torch.profiler"
     assert ax.get_xlabel() == 'millisecondes'
     plt.close('all')
 
@@ -539,9 +539,10 @@ def _guide_outline(lang):
         text = f.read()
     outline = []
     for hashes, title in re.findall(r'^(#{1,3}) (.*)$', text, re.M):
-        number = re.search(r'\d+', title) if len(hashes) == 3 else None
-        outline.append((len(hashes), number and int(number.group())))
-    lessons = [int(n) for n in re.findall(r'^\| (\d)\. ', text, re.M)]
+        # A lesson's number, with the letter of its notebook (2a, 2b)
+        number = re.search(r'\d+[ab]?', title) if len(hashes) == 3 else None
+        outline.append((len(hashes), number and number.group()))
+    lessons = re.findall(r'^\| (\d[ab]?)\. ', text, re.M)
     return outline, lessons
 
 
@@ -551,7 +552,7 @@ def test_every_guide_has_the_outline_of_the_english_one(lang):
     # or a section added to one guide and not to the others fails here
     outline, lessons = _guide_outline(lang)
     en_outline, en_lessons = _guide_outline('en')
-    assert lessons == en_lessons == [1, 2, 3, 4, 5]
+    assert lessons == en_lessons == ['1', '2a', '2b', '3', '4a', '4b', '5']
     assert outline == en_outline, (
         f'docs/teaching/{lang}.md has the headings {outline}, the English '
         f'guide {en_outline}')

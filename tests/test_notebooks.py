@@ -477,7 +477,8 @@ def test_every_notebook_shows_the_install_line_second():
     version = builder.version()
     paths = sorted(builder.ROOT.glob('*/*/*.ipynb')) + \
         sorted(builder.ROOT.glob('*/*/solutions/*.ipynb'))
-    assert len(paths) == 80
+    # a lesson and its solutions, per framework and language
+    assert len(paths) == 2 * len(FRAMEWORKS) * len(LANGS) * len(CHAPTERS)
     for path in paths:
         nb = json.loads(path.read_text(encoding='utf-8'))
         cell = nb['cells'][1]
@@ -496,3 +497,18 @@ def test_every_notebook_shows_the_install_line_second():
         words = ' '.join(lines[:-2])
         assert words.isascii() == (nb['metadata']['d2lpar']['language'] ==
                                    'en'), path
+
+
+@pytest.mark.parametrize('chapter', CHAPTERS)
+def test_every_checked_accuracy_names_its_data(chapter):
+    """A checked cell that prints a test accuracy prints with it the data
+    it was measured on (d2l.data_source(): the stand-in data set or
+    Fashion-MNIST), so that a figure from the synthetic stand-in is never
+    read as one on Fashion-MNIST (issue 32, N9)."""
+    from lesson_source import parse
+    path = NB / 'en' / f'{chapter}.md'
+    for kind, _, body, at in parse(path.read_text(encoding='utf-8'), path):
+        code = '\n'.join(body) if kind == 'input' else ''
+        if '#@check' in code and re.search(r'test_acc\b', code):
+            assert 'd2l.data_source()' in code, (
+                f'{at}: a checked accuracy without d2l.data_source()')

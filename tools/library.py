@@ -29,8 +29,9 @@ import sys
 from lesson_source import SourceError, parse  # tools/lesson_source.py
 
 # The lessons, in the order of the course.
-LESSONS = ('auto-parallelism', 'multiple-gpus', 'multiple-gpus-concise',
-           'distributed', 'beyond-data-parallelism')
+LESSONS = ('auto-parallelism', 'multiple-gpus', 'communication-cost',
+           'multiple-gpus-concise', 'distributed', 'distributed-practice',
+           'beyond-data-parallelism')
 BACKENDS = {'pytorch': 'torch.py', 'mxnet': 'mxnet.py'}
 COMMAND = 'make lib'
 # Above each function of a cell #@tab all, in both backends
