@@ -189,12 +189,14 @@ def gpu_link():
 def plot_cost_model(rows, *, k=None, links=None, title=None):
     """The ring allreduce time of the alpha-beta model on each of `links`
     (default: all of `LINKS`) against the message size, for `k` devices
-    (default: the most devices in `rows`), with the times this machine
-    measured (`rows` from `measure_allreduce`, at that k) as points."""
+    (default: the most devices in `rows` that were GPUs, else the most
+    devices), with the times this machine measured (`rows` from
+    `measure_allreduce`, at that k) as points."""
     import matplotlib.pyplot as plt
     fonts.use_cjk_font()  # Chinese text, no missing glyph
-    if k is None:
-        k = max(r['devices'] for r in rows)
+    if k is None:  # CPU stand-ins are not set against GPU links if GPUs ran
+        on_gpus = [r['devices'] for r in rows if r.get('on') == 'gpu']
+        k = max(on_gpus or [r['devices'] for r in rows])
     mine = [r for r in rows if r['devices'] == k]
     if not mine:
         raise ValueError(error_message(

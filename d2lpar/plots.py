@@ -230,7 +230,7 @@ def _rows(results):
 _COLUMNS = [(N_('process'), 22, None), (N_('steps'), 6, 'd'),
             (N_('examples'), 9, 'd'), (N_('compute s'), 11, '.3f'),
             (N_('comm. s'), 9, '.3f'), (N_('total s'), 9, '.3f'),
-            (N_('comm. %'), 9, '.0f')]
+            (N_('comm. %'), 9, '.0%')]
 
 
 def print_processes(results):
@@ -252,7 +252,7 @@ def print_processes(results):
         values = [p['steps'], p['examples'], p['seconds_compute'],
                   p['seconds_communication'], p['seconds_total']]
         cells = [number(v, spec) for v, (name, width, spec) in
-                 zip(values, _COLUMNS[1:])] + [number(share, '.0%')]
+                 zip(values + [share], _COLUMNS[1:])]
         print(pad(label, widths[0]) + ''.join(
             pad(c, w, '>') for c, w in zip(cells, widths[1:])))
 

@@ -62,6 +62,10 @@ class Benchmark:
         """The shortest of the `n` latest times measured under
         `description` (fewer if fewer were measured), in seconds: a single
         run varies with whatever else the machine is doing."""
+        if n < 1:
+            raise ValueError(error_message(
+                'best keeps the shortest of the n latest times: n is 1 or '
+                'more, got {n!r}.', n=n))
         times = [seconds for name, seconds in cls.records
                  if name == description][-n:]
         if not times:

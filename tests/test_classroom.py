@@ -13,7 +13,9 @@ from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / 'notebooks' / 'en').glob('*/multiple-gpus.ipynb'))
+NOTEBOOKS = sorted(path for chapter in ('multiple-gpus', 'communication-cost')
+                   for path in (ROOT / 'notebooks' / 'en').glob(
+                       f'*/{chapter}.ipynb'))
 
 
 def _sanitize(text):

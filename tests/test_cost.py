@@ -255,6 +255,17 @@ def test_plot_cost_model_draws_every_link_and_the_measured_points(backend):
     assert list(measured.get_ydata()) == [1e-4, 1e-2]
 
 
+def test_plot_cost_model_draws_the_gpus_when_some_ran(backend):
+    # Two GPUs: try_devices(4) gave stand-ins, which the GPU links would
+    # misjudge; by default the picture is that of the 2 GPUs (N15)
+    backend.plot_cost_model(_rows('gpu', k=2) + _rows('cpu', k=4))
+    ax, = plt.gcf().axes
+    pcie4 = ax.get_lines()[list(LINKS).index('pcie4')]
+    xs, ys = pcie4.get_xdata(), pcie4.get_ydata()
+    assert list(ys) == pytest.approx(
+        [allreduce_time(x, 2, 'pcie4') for x in xs])
+
+
 def test_plot_cost_model_of_a_device_count_not_measured(backend):
     with pytest.raises(ValueError, match=r'no measurement on 8 devices; it '
                        r'has \[4\]'):

@@ -164,3 +164,15 @@ def test_importing_a_backend_loads_neither_torchvision_nor_pandas(backend):
     out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                          text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == '[]'
+
+
+def test_a_lesson_missing_from_the_list_of_lessons_is_caught(tree,
+                                                             monkeypatch):
+    # Left out of LESSONS, communication-cost's #@save matmul_rate would
+    # vanish from both backends at the next build, and the check passed
+    monkeypatch.setattr(library, 'LESSONS', tuple(
+        name for name in library.LESSONS if name != 'communication-cost'))
+    library.build(tree / 'notebooks')  # matmul_rate is gone from both
+    assert ('notebooks/en/communication-cost.md has #@save code but is not '
+            'in LESSONS (tools/library.py): add it in the order of the '
+            'course') in library.check(tree / 'notebooks')

@@ -197,6 +197,22 @@ def shadowed(path, text):
             for name in _blocks(generated_part) if name in names]
 
 
+def unlisted(notebooks_root):
+    """An English lesson with #@save code that LESSONS does not list: its
+    functions would silently stay out of both backends."""
+    problems = []
+    for path in sorted((notebooks_root / 'en').glob('*.md')):
+        if path.stem in LESSONS:
+            continue
+        where = path.relative_to(notebooks_root.parent)
+        text = path.read_text(encoding='utf-8')
+        if any(saved(text, fw, where) for fw in BACKENDS):
+            problems.append(f'{where} has #@save code but is not in LESSONS '
+                            f'(tools/library.py): add it in the order of '
+                            f'the course')
+    return problems
+
+
 def check(notebooks_root):
     """The problems found, one line each (none when both backends match
     their lessons)."""
@@ -206,6 +222,7 @@ def check(notebooks_root):
                                                                    text)]
     except ValueError as e:  # no generated-code line
         problems = [str(e)]
+    problems += unlisted(notebooks_root)
     if problems:
         problems.append(f'the lessons are the source of these functions: '
                         f'edit notebooks/en/*.md (and its translations), '

@@ -73,7 +73,7 @@ def section_gap(args):
 
 def report_gap(res):
     c = GAP_LESSON
-    out = ['## 2b. Lesson 2: one device against two, over seeds', '',
+    out = ['## 2b. Lesson 2a: one device against two, over seeds', '',
            f'`train` with the lesson\'s CPU settings ({c["num_train"]} '
            f'training and {c["num_test"]} test examples, {c["num_epochs"]} '
            f'epochs, batch {c["batch_size"]}, learning rate {c["lr"]}), on '
