@@ -3,7 +3,7 @@ each (a single run of a few tens of milliseconds varies with what else the
 machine does): Benchmark.best and plot_timings(best_of=n)."""
 import pytest
 
-from d2lpar import devices, i18n, plots
+from d2lpar import devices, plots
 from d2lpar.timing import Benchmark
 
 
@@ -53,20 +53,3 @@ def test_the_notice_says_what_share_of_the_cpu_each_stand_in_has(
     notice = devices.fallback_notice(wanted, 0, 1, 'cpu:0')
     assert f'({share}).' in notice
 
-
-def test_print_processes_writes_the_share_as_the_language_does(capsys):
-    class Run:
-        framework, num_workers = 'PyTorch', 1
-        processes = [{'rank': 0, 'steps': 10, 'examples': 100,
-                      'seconds_compute': 0.5, 'seconds_communication': 0.25,
-                      'seconds_total': 1.0}]
-        servers = []
-    try:
-        for lang, share in (('en', '25%'), ('fr', '25\u202f%'),
-                            ('tr', '%25')):
-            i18n.use_language(lang)
-            plots.print_processes([Run()])
-            row = capsys.readouterr().out.splitlines()[-1]
-            assert row.endswith(share), (lang, row)
-    finally:
-        i18n.use_language('en')

@@ -387,6 +387,16 @@ def test_the_table_of_processes_lines_up_in_every_language(lang, speak,
         assert '1,500' in rows[0]
 
 
+@pytest.mark.parametrize('lang, share', [
+    ('fr', '12\u202f%'), ('tr', '%12'), ('zh', '12%')])
+def test_the_share_of_communication_is_written_as_the_language_does(
+        lang, share, speak, capsys):
+    speak(lang)
+    plots.print_processes(_run())
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row.endswith(share), row
+
+
 def test_plots_are_labelled_in_the_language(speak):
     import matplotlib.pyplot as plt
     speak('fr')

@@ -61,13 +61,17 @@ def test_a_hand_edit_in_one_copy_of_shared_code_is_caught_by_name(tree):
     assert library.check(tree / 'notebooks') == []
 
 
+def _rename_split_batch(tree, name):
+    """Lesson 2a's #@save split_batch renamed `name` in the copy `tree`."""
+    lesson = tree / 'notebooks' / 'en' / 'multiple-gpus.md'
+    lesson.write_text(lesson.read_text(encoding='utf-8').replace(
+        '#@save\ndef split_batch', f'#@save\ndef {name}'), encoding='utf-8')
+
+
 def test_a_saved_function_may_not_replace_a_hand_written_one(tree):
     # torch.py defines try_devices by hand (a wrapper of _backend's): a
     # lesson's #@save function of that name would silently replace it
-    lesson = tree / 'notebooks' / 'en' / 'multiple-gpus.md'
-    lesson.write_text(lesson.read_text(encoding='utf-8').replace(
-        '#@save\ndef split_batch', '#@save\ndef try_devices'),
-        encoding='utf-8')
+    _rename_split_batch(tree, 'try_devices')
     problems = library.check(tree / 'notebooks')
     assert ("d2lpar/torch.py: the lessons' #@save try_devices would replace "
             "the try_devices that the hand-written part defines; rename one "
@@ -81,10 +85,7 @@ def test_a_function_added_or_removed_by_hand_is_caught(tree):
     assert library.check(tree / 'notebooks')[0] == (
         'd2lpar/mxnet.py: extra stands in the generated part but in no '
         'lesson')
-    lesson = tree / 'notebooks' / 'en' / 'multiple-gpus.md'
-    lesson.write_text(lesson.read_text(encoding='utf-8').replace(
-        '#@save\ndef split_batch', '#@save\ndef split_batch_by_hand'),
-        encoding='utf-8')
+    _rename_split_batch(tree, 'split_batch_by_hand')
     problems = library.check(tree / 'notebooks')
     assert ('d2lpar/mxnet.py: split_batch_by_hand is missing from the '
             'generated part') in problems
