@@ -5,7 +5,9 @@ import configparser
 import pathlib
 import queue
 import re
+import signal
 import time
+import warnings
 
 import nbformat
 import pytest
@@ -105,15 +107,18 @@ def stdout(msgs):
                    if m['msg_type'] == 'stream')
 
 
-def shell_reply(client, msg_id, timeout):
+def shell_reply(client, msg_id, timeout, fail=True):
     """The kernel's reply to request `msg_id`. Other replies are dropped:
-    start_new_kernel may leave an extra kernel_info reply behind."""
+    start_new_kernel may leave an extra kernel_info reply behind. After
+    `timeout` seconds without it: fail, or return None if not `fail`."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             reply = client.get_shell_msg(
                 timeout=max(0.01, deadline - time.monotonic()))
         except queue.Empty:
+            if not fail:
+                return None
             pytest.fail(f'no reply from the kernel within {timeout} s')
         if reply['parent_header'].get('msg_id') == msg_id:
             return reply
@@ -139,12 +144,30 @@ def train_batch(*args, **kwargs):
 d2l.train_batch = train_batch
 '''
 
+# Lets the test see where every thread of the kernel is: SIGUSR1 writes
+# their stacks to the file `stacks` of the kernel's folder
+DUMP_STACKS = '''
+import faulthandler, signal
+_stacks = open('stacks', 'w')
+faulthandler.register(signal.SIGUSR1, file=_stacks, all_threads=True)
+'''
+
+
+def kernel_stacks(km, folder):
+    """The stacks of the kernel's threads (see DUMP_STACKS)."""
+    if not km.is_alive():
+        return 'the kernel has died'
+    km.signal_kernel(signal.SIGUSR1)
+    time.sleep(1)
+    return (folder / 'stacks').read_text()
+
 
 @pytest.mark.parametrize('backend', BACKENDS)
 def test_interrupted_training_leaves_a_working_kernel(backend, tmp_path):
     km, kc = start_new_kernel(kernel_name='python3', cwd=str(tmp_path))
     try:
-        status, _, _ = execute(kc, BACKENDS[backend] + SAY_STEP)
+        status, _, _ = execute(kc, BACKENDS[backend] + SAY_STEP +
+                               DUMP_STACKS)
         assert status == 'ok'
         msg_id = kc.execute('d2l.train(1, 64, 0.2, num_epochs=1000, '
                             'num_train=2000, num_test=200, plot=False)')
@@ -152,7 +175,20 @@ def test_interrupted_training_leaves_a_working_kernel(backend, tmp_path):
         wait_for(kc, msg_id, lambda m: 'step 3' in stdout([m]), 120,
                  'training step')
         km.interrupt_kernel()
-        reply = shell_reply(kc, msg_id, 60)
+        reply = shell_reply(kc, msg_id, 30, fail=False)
+        if reply is None:
+            # Once in about a hundred CI runs, MXNet's kernel has not
+            # answered the first interrupt (not seen in 80 tries here).
+            # A student would press the button again: so does the test,
+            # and says where the kernel was, so that the cause can be found
+            stacks = kernel_stacks(km, tmp_path)
+            km.interrupt_kernel()
+            reply = shell_reply(kc, msg_id, 30, fail=False)
+            if reply is None:
+                pytest.fail('no reply to two interrupts within 60 s; the '
+                            f'kernel\'s threads:\n{stacks}')
+            warnings.warn('the kernel answered only the second interrupt; '
+                          f'after the first, its threads were:\n{stacks}')
         assert reply['content']['status'] == 'error'
         assert reply['content']['ename'] == 'KeyboardInterrupt'
         # After an error, ipykernel aborts the execute requests that reach
