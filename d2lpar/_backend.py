@@ -27,7 +27,6 @@ Both backends also take the framework-free names they re-export from here
 (``from d2lpar._backend import *``: the names of `__all__`).
 """
 import math
-import sys
 
 from d2lpar import checks as _checks
 from d2lpar import collectives as _collectives
@@ -62,18 +61,15 @@ def docstring_of(fn):
     return decorate
 
 
-def prepare(module_name):
+def prepare():
     """What a backend does when imported: register the CJK font with
     matplotlib, so that Chinese text shows in every plot of the lessons,
     their own plt calls included (d2lpar/fonts.py); in a Jupyter kernel,
     show figures as SVG (`plots.use_svg_display`: with the pinned
     matplotlib-inline 0.1.6 and IPython 9, a kernel shows a figure only
-    as the text ``<Figure size ...>`` until a format is registered);
-    return the backend module, which its generated part calls ``d2l``,
-    as the lessons do."""
+    as the text ``<Figure size ...>`` until a format is registered)."""
     _fonts.use_cjk_font()
     _plots.use_svg_display()
-    return sys.modules[module_name]
 
 
 def check_allreduce(backend, data):

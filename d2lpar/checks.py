@@ -1,7 +1,13 @@
 """Checks of the lessons' inputs, with messages that say what to do:
 device lists, minibatches to split, parameter copies, the arrays of an
 allreduce, learning rates and the settings of `train_concise`.
+
+The lessons show their functions without these checks, as the book does;
+the copies that ``make lib`` writes into the backends are wrapped with
+`checked`, so that a wrong call of ``d2l.split_batch`` (for example)
+still says what to do.
 """
+import functools
 import math
 import numbers
 
@@ -21,6 +27,27 @@ def check_devices(devices):
             'd2l.try_all_gpus(), which falls back to the CPU when there is '
             'no GPU.'))
     return devices
+
+
+def checked(fn, check):
+    """`fn`, which first passes its arguments to `check`: `check` takes
+    the same arguments and raises a clear error about a wrong one."""
+    @functools.wraps(fn)
+    def checked_fn(*args, **kwargs):
+        check(*args, **kwargs)
+        return fn(*args, **kwargs)
+    return checked_fn
+
+
+def split_batch_input(X, y, devices):
+    """The check of ``split_batch(X, y, devices)``: see `check_split`."""
+    check_split(len(X), len(y), devices)
+
+
+def train_batch_input(X, y, device_params, *, devices, **options):
+    """The check of ``train_batch(X, y, device_params, devices=...)``: one
+    copy of the parameters per device."""
+    check_replicas(device_params, devices)
 
 
 def check_split(num_X, num_y, devices):

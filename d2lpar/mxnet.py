@@ -30,7 +30,9 @@ from d2lpar._mxnet.timeline import Timeline  # noqa: E402
 npx.set_np()
 
 __all__ = _api.SHARED + _api.BACKEND
-d2l = _backend.prepare(__name__)  # fonts; the name the lessons' code uses
+_backend.prepare()  # fonts; figures as SVG in Jupyter
+# The name the lessons' code, generated below, uses for this module
+from d2lpar import mxnet as d2l  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -307,7 +309,6 @@ def allreduce(data):
     """Sum the arrays of `data` (one per device) in place: afterwards every
     one holds the elementwise sum. The first device gathers and adds up
     everything, then sends the sum back (the book's simple version)."""
-    d2l.check_allreduce(data)
     for i in range(1, len(data)):
         np.add(data[0], data[i].as_in_ctx(data[0].ctx), out=data[0])
     for i in range(1, len(data)):
@@ -316,9 +317,8 @@ def allreduce(data):
 
 def split_batch(X, y, devices):
     """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
-    shard i on devices[i]. A ValueError if X and y differ in length or
-    there are fewer examples than devices."""
-    devices = d2l.check_split(len(X), len(y), devices)
+    shard i on devices[i]. (``d2l.split_batch`` first checks that X and y
+    have the same length and that every device gets an example.)"""
     return (gluon.utils.split_and_load(X, devices, even_split=False),
             gluon.utils.split_and_load(y, devices, even_split=False))
 
@@ -336,7 +336,6 @@ def train_batch(X, y, device_params, *, devices, lr, reduce=allreduce):
     """One step of data-parallel minibatch SGD: split the batch, compute
     loss and gradient on every device, sum the gradients with `reduce`,
     and update every copy of the parameters."""
-    d2l.check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
     # Every device computes the loss and gradient of its own shard. launch
     # queues the work on the device (on a CPU stand-in of PyTorch: on its
@@ -683,3 +682,10 @@ def tensor_parallel_mlp(X, columns, rows, *, b2):
         partial.append(H_i @ W2_i)  # its share of the output
     d2l.allreduce(partial)
     return [Y + d2l.to_device(b2, d2l.device_of(Y)) for Y in partial]
+
+
+# The input checks of the functions above (CHECKED in tools/library.py):
+# a wrong call of d2l.<name> says what to do
+allreduce = _checks.checked(allreduce, check_allreduce)
+split_batch = _checks.checked(split_batch, _checks.split_batch_input)
+train_batch = _checks.checked(train_batch, _checks.train_batch_input)

@@ -33,7 +33,9 @@ from d2lpar._torch.processes import _run_processes  # noqa: E402
 from d2lpar._torch.timeline import Timeline  # noqa: E402
 
 __all__ = _api.SHARED + _api.BACKEND
-d2l = _backend.prepare(__name__)  # fonts; the name the lessons' code uses
+_backend.prepare()  # fonts; figures as SVG in Jupyter
+# The name the lessons' code, generated below, uses for this module
+from d2lpar import torch as d2l  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -292,7 +294,6 @@ def allreduce(data):
     off: afterwards every one holds the elementwise sum. The first device
     gathers and adds up everything (``add_``), then sends the sum back
     (``copy_``): the book's simple version."""
-    d2l.check_allreduce(data)
     with torch.no_grad():
         for i in range(1, len(data)):
             data[0].add_(data[i].to(data[0].device))
@@ -302,9 +303,8 @@ def allreduce(data):
 
 def split_batch(X, y, devices):
     """Split the minibatch `X`, `y` into len(devices) nearly equal shards,
-    shard i on devices[i]. A ValueError if X and y differ in length or
-    there are fewer examples than devices."""
-    devices = d2l.check_split(len(X), len(y), devices)
+    shard i on devices[i]. (``d2l.split_batch`` first checks that X and y
+    have the same length and that every device gets an example.)"""
     k = len(devices)
     return ([x.to(d, non_blocking=True)
              for x, d in zip(X.tensor_split(k), devices)],
@@ -323,7 +323,6 @@ def train_batch(X, y, device_params, *, devices, lr, reduce=allreduce):
     """One step of data-parallel minibatch SGD: split the batch, compute
     loss and gradient on every device, sum the gradients with `reduce`,
     and update every copy of the parameters."""
-    d2l.check_replicas(device_params, devices)
     X_shards, y_shards = split_batch(X, y, devices)
     # Every device computes the loss and gradient of its own shard. launch
     # queues the work on the device (on a CPU stand-in of PyTorch: on its
@@ -697,3 +696,10 @@ def tensor_parallel_mlp(X, columns, rows, *, b2):
         partial.append(H_i @ W2_i)  # its share of the output
     d2l.allreduce(partial)
     return [Y + d2l.to_device(b2, d2l.device_of(Y)) for Y in partial]
+
+
+# The input checks of the functions above (CHECKED in tools/library.py):
+# a wrong call of d2l.<name> says what to do
+allreduce = _checks.checked(allreduce, check_allreduce)
+split_batch = _checks.checked(split_batch, _checks.split_batch_input)
+train_batch = _checks.checked(train_batch, _checks.train_batch_input)
