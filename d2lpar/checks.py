@@ -50,6 +50,16 @@ def train_batch_input(X, y, device_params, *, devices, **options):
     check_replicas(device_params, devices)
 
 
+def train_input(num_gpus, batch_size, lr, *, devices=None, **options):
+    """The check of ``train(num_gpus, ..., devices=...)``: `devices`, when
+    given, lists `num_gpus` devices."""
+    if devices is not None and len(check_devices(devices)) != num_gpus:
+        raise ValueError(error_message(
+            'train(num_gpus={k}) got {n} devices: pass a list of {k} '
+            'devices, or leave devices out and d2l.try_devices({k}) picks '
+            'them.', k=num_gpus, n=len(devices)))
+
+
 def check_split(num_X, num_y, devices):
     """Check that a batch of `num_X` examples can be split over devices."""
     devices = check_devices(devices)

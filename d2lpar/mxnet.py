@@ -689,3 +689,4 @@ def tensor_parallel_mlp(X, columns, rows, *, b2):
 allreduce = _checks.checked(allreduce, check_allreduce)
 split_batch = _checks.checked(split_batch, _checks.split_batch_input)
 train_batch = _checks.checked(train_batch, _checks.train_batch_input)
+train = _checks.checked(train, _checks.train_input)

@@ -95,6 +95,19 @@ def test_train_batch_with_a_params_list_per_device_of_the_wrong_length(
             np.testing.assert_array_equal(backend.numpy(p), v)
 
 
+@pytest.mark.parametrize('num_gpus,num_devices', [(2, 1), (1, 2)])
+def test_train_with_devices_that_num_gpus_does_not_count(backend, num_gpus,
+                                                         num_devices):
+    """train(num_gpus=2, devices=[one]) would train on one device and
+    report it as a two-device run: it says what to pass instead."""
+    devices = backend.try_devices(num_devices)
+    with pytest.raises(ValueError, match=rf'train\(num_gpus={num_gpus}\) '
+                       rf'got {num_devices} devices: pass a list of '
+                       rf'{num_gpus} devices'):
+        backend.train(num_gpus, 64, LR, num_epochs=1, num_train=128,
+                      num_test=64, plot=False, devices=devices)
+
+
 def _constant_net(backend, cls, device=None):
     """LeNet whose last layer ignores its input and always says `cls`,
     with its parameters on `device` (default: the CPU)."""
