@@ -55,9 +55,9 @@ def train_input(num_gpus, batch_size, lr, *, devices=None, **options):
     given, lists `num_gpus` devices."""
     if devices is not None and len(check_devices(devices)) != num_gpus:
         raise ValueError(error_message(
-            'train(num_gpus={k}) got {n} devices: pass a list of {k} '
-            'devices, or leave devices out and d2l.try_devices({k}) picks '
-            'them.', k=num_gpus, n=len(devices)))
+            'train(num_gpus={k}) got a devices list of length {n}: pass a '
+            'list of {k} devices, or leave devices out and '
+            'd2l.try_devices({k}) picks them.', k=num_gpus, n=len(devices)))
 
 
 def check_split(num_X, num_y, devices):

@@ -102,8 +102,8 @@ def test_train_with_devices_that_num_gpus_does_not_count(backend, num_gpus,
     report it as a two-device run: it says what to pass instead."""
     devices = backend.try_devices(num_devices)
     with pytest.raises(ValueError, match=rf'train\(num_gpus={num_gpus}\) '
-                       rf'got {num_devices} devices: pass a list of '
-                       rf'{num_gpus} devices'):
+                       rf'got a devices list of length {num_devices}: pass '
+                       rf'a list of {num_gpus} devices'):
         backend.train(num_gpus, 64, LR, num_epochs=1, num_train=128,
                       num_test=64, plot=False, devices=devices)
 
