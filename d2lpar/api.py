@@ -9,7 +9,7 @@ from d2lpar.cost import (  # noqa: F401
     format_seconds, gpu_link, plot_cost_model, plot_step_time, step_time)
 from d2lpar.data import (  # noqa: F401
     DataError, data_dir, data_source, fashion_mnist_arrays)
-from d2lpar.runs import DistributedResult  # noqa: F401
+from d2lpar.distributed.runs import DistributedResult  # noqa: F401
 from d2lpar.i18n import (  # noqa: F401
     fmt, pad, say_once, source_code, use_language)
 from d2lpar.plots import (  # noqa: F401
@@ -44,7 +44,7 @@ SHARED = ['Animator', 'DataError', 'TrainResult', 'data_dir', 'epoch_shards',
           'bubble_fraction', 'collective_seconds', 'gpipe_schedule',
           'interleaved_schedule', 'measured_bubble', 'plot_memory',
           'shard_bounds', 'zero_memory',
-          # lesson 4 (d2lpar/distributed.py, d2lpar/plots.py)
+          # lesson 4 (d2lpar/distributed/__init__.py, d2lpar/plots.py)
           'DistributedResult', 'plot_processes', 'print_processes']
 # The public names that d2lpar.torch and d2lpar.mxnet each define in their
 # own framework (tests/test_api.py checks that both define every one)

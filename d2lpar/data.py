@@ -288,7 +288,7 @@ def data_source():
     the lesson's language: 'Fashion-MNIST', or the stand-in data set when
     the real one could not be had; None before any load. The load may be
     this process's or that of the processes of the last run of
-    `train_distributed` (d2lpar.runs.collect sets it from the run's
+    `train_distributed` (d2lpar.distributed.runs.collect sets it from the run's
     result). A lesson prints it beside every accuracy, which means little
     without it."""
     return None if _source is None else _(_source)

@@ -137,8 +137,8 @@ def kill_survivors(out_dir):
     """The command lines of the processes still running that name
     `out_dir` (the training scripts, torchrun, and the children of
     --leave-a-child), after killing them, so that a failing test leaves
-    nothing behind. (Found by their command line, not by d2lpar.launch's
-    mark: this checks the launcher.)"""
+    nothing behind. (Found by their command line, not by the mark of
+    d2lpar.distributed.launch: this checks the launcher.)"""
     found = []
     for p in psutil.process_iter(['cmdline', 'status']):
         cmd = ' '.join(p.info['cmdline'] or [])

@@ -8,7 +8,7 @@ import uuid
 
 import psutil
 
-from d2lpar import launch
+from d2lpar.distributed import launch
 
 MARK = 'D2LPAR_TEST_RUN'
 

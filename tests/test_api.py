@@ -100,7 +100,7 @@ def test_no_public_function_takes_more_than_three_arguments_by_position(
 
 
 def test_results_are_built_by_keyword():
-    from d2lpar.runs import DistributedResult
+    from d2lpar.distributed.runs import DistributedResult
     from d2lpar.training import TrainResult
     for cls in (TrainResult, DistributedResult):
         with pytest.raises(TypeError):

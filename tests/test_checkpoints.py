@@ -117,7 +117,7 @@ class _Broken(Exception):
 def test_a_torch_save_that_fails_leaves_the_former_checkpoint(tmp_path,
                                                               monkeypatch):
     import torch
-    from d2lpar import ddp_train
+    from d2lpar.distributed import ddp_train
     path = tmp_path / 'checkpoint.pt'
     ddp_train.save_checkpoint(str(path), {'epoch': 1, 'w': torch.ones(1000)})
     real_save = torch.save
@@ -145,7 +145,7 @@ def test_a_torch_save_that_fails_leaves_the_former_checkpoint(tmp_path,
 def test_an_mxnet_save_that_fails_leaves_the_former_checkpoint(tmp_path,
                                                                monkeypatch):
     import mxnet as mx
-    from d2lpar import kvstore_train
+    from d2lpar.distributed import kvstore_train
     net = kvstore_train.lenet(kvstore_train.initial_params(0), mx.cpu())
     state = {'epoch': 1, 'step': 8, 'data_order': {}}
     kvstore_train.save_checkpoint(str(tmp_path), net, state)
@@ -191,9 +191,10 @@ def test_mxnet_amp_says_why_it_does_not_apply(tmp_path, data_root):
     with an error that says so (a local KVStore: no servers needed)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run(
-        [sys.executable, '-m', 'd2lpar.kvstore_train', '--kvstore', 'local',
-         '--amp', '--out', str(tmp_path), '--num-train', '64',
-         '--num-test', '64', '--batch-size', '64', '--epochs', '1'],
+        [sys.executable, '-m', 'd2lpar.distributed.kvstore_train',
+         '--kvstore', 'local', '--amp', '--out', str(tmp_path),
+         '--num-train', '64', '--num-test', '64', '--batch-size', '64',
+         '--epochs', '1'],
         env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 1, done.stdout + done.stderr
     assert ('left the convolutions of this network in float32: MXNet 1.9'

@@ -1,12 +1,13 @@
 """Lesson 3: DDP's allreduces traced in two real processes
-(d2lpar.ddp_overlap). Small buckets give several allreduces per step,
-the default 25 MB bucket one; the merged timeline holds the events of
-both processes, and its share of hidden communication is a share."""
+(d2lpar.distributed.ddp_overlap). Small buckets give several allreduces
+per step, the default 25 MB bucket one; the merged timeline holds the
+events of both processes, and its share of hidden communication is a
+share."""
 import pytest
 
 pytest.importorskip('torch')
 
-from d2lpar import ddp_overlap  # noqa: E402
+from d2lpar.distributed import ddp_overlap  # noqa: E402
 
 
 @pytest.fixture(scope='module')

@@ -22,8 +22,9 @@ import psutil
 import pytest
 
 from conftest import kill_survivors
-from d2lpar import ddp_launch, devices, distributed, plots
-from d2lpar.runs import device_options
+from d2lpar import devices, distributed, plots
+from d2lpar.distributed import ddp_launch
+from d2lpar.distributed.runs import device_options
 
 # Two epochs of 8 steps: the second one must see the data in a new order
 ARGS = ['--num-train', 512, '--num-test', 512, '--batch-size', 64,
@@ -227,7 +228,7 @@ def test_use_gpus_true_requires_a_gpu_per_process(capsys):
     assert capsys.readouterr().out == ''
 
 
-# -- the communication hook of d2lpar.ddp_train -------------------------------
+# -- the communication hook of d2lpar.distributed.ddp_train -----------------
 class _Bucket:
     """What DDP hands a communication hook: its gradients in one buffer."""
 
@@ -256,7 +257,7 @@ def test_the_comm_hook_returns_the_allreduce_and_never_waits(monkeypatch,
     queued when the bucket is handed over, one when its allreduce is
     done)."""
     import torch
-    from d2lpar import ddp_train
+    from d2lpar.distributed import ddp_train
     recorded = []
 
     class FakeEvent:
@@ -286,7 +287,7 @@ def test_the_comm_hook_returns_the_allreduce_and_never_waits(monkeypatch,
 def test_the_comm_timer_adds_up_compute_and_communication():
     """CPU marks: compute runs from each step's start to its hand-over,
     communication is the time some allreduce was in flight."""
-    from d2lpar import ddp_train
+    from d2lpar.distributed import ddp_train
     timer = ddp_train.CommTimer(cuda=False)
     timer.handed_over, timer.spans = 3.0, [(2.0, 4.0), (3.0, 5.0)]
     timer.end_step(1.0)  # compute 2 s; two allreduces over 3 s
@@ -445,7 +446,7 @@ def test_commands_for_several_machines():
         # Said, not guessed from the hostname (tests/test_two_hosts.py)
         assert f'--rdzv-conf is_host={int(host == "a")} ' in line
         assert f'--local-addr {host} ' in line
-        assert line.endswith('-m d2lpar.ddp_train --out OUT')
+        assert line.endswith('-m d2lpar.distributed.ddp_train --out OUT')
     mx_lines = distributed.command_for_machines(
         'mxnet', ['a', 'b'], workers_per_host=2, port=1234).splitlines()
     roles = [line.split('DMLC_ROLE=')[1].split()[0] for line in mx_lines]

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import d2lpar
-from d2lpar import data, scripts, timing
+from d2lpar import data, timing
+from d2lpar.distributed import scripts
 
 WAIT = 30  # seconds; work that never runs fails the test, not CI
 
@@ -78,7 +79,7 @@ def test_pytorch_checkpoint_survives_a_write_that_fails_halfway(
     import io
 
     import torch
-    from d2lpar import ddp_practices
+    from d2lpar.distributed import ddp_practices
     path = str(tmp_path / 'checkpoint.pt')
     ddp_practices.save_checkpoint(path, {'epoch': 1, 'w': torch.zeros(3)})
     real = torch.save
@@ -108,7 +109,8 @@ def test_mxnet_checkpoint_survives_a_write_that_fails_halfway(
         tmp_path, monkeypatch):
     """kvstore_train's checkpoint: a crash while saving epoch 2 leaves
     checkpoint.json of epoch 1, and the parameter file it names."""
-    kvstore_practices = pytest.importorskip('d2lpar.kvstore_practices')
+    kvstore_practices = pytest.importorskip(
+        'd2lpar.distributed.kvstore_practices')
     folder = str(tmp_path)
     kvstore_practices.save_checkpoint(folder, _Net('epoch 1'), {
         'epoch': 1, 'step': 10, 'data_order': 'fixed'})
@@ -125,7 +127,7 @@ def test_server_summary_survives_a_write_that_fails_halfway(
         tmp_path, monkeypatch):
     """What an MXNet server writes about the state it holds
     (serverN.json) is the previous whole file after a failed write."""
-    kvstore_state = pytest.importorskip('d2lpar.kvstore_state')
+    kvstore_state = pytest.importorskip('d2lpar.distributed.kvstore_state')
     from mxnet import np as mnp
     monkeypatch.setenv('DMLC_ROLE', 'server')
     monkeypatch.setenv('D2LPAR_SERVER', '0')
@@ -146,7 +148,7 @@ def test_training_scripts_write_only_through_the_atomic_writers(script):
     """Every file a training script writes goes through write_json,
     write_npz or save_checkpoint (tested above): none is written in
     place by the script itself."""
-    source = (pathlib.Path(d2lpar.__file__).parent
+    source = (pathlib.Path(d2lpar.__file__).parent / 'distributed'
               / f'{script}.py').read_text()
     for direct in ('savez(', 'json.dump(', 'torch.save(', '.save_parameters(',
                    "'w')", "'wb')", 'write_text('):

@@ -17,9 +17,9 @@ import tokenize
 import pytest
 from babel.messages.pofile import read_po
 
-from d2lpar import (checks, cost, data, ddp_launch, devices, distributed, i18n,
-                    launch, plots, runs, scripts, sharding, timeline, timing,
-                    training)
+from d2lpar import (checks, cost, data, devices, distributed, i18n, plots,
+                    sharding, timeline, timing, training)
+from d2lpar.distributed import ddp_launch, launch, runs, scripts
 from d2lpar import api as d2l_api
 
 ROOT = os.path.dirname(os.path.dirname(i18n.__file__))
@@ -309,7 +309,8 @@ def test_the_launcher_passes_the_language_on(speak, tmp_path):
     which stops at once with an error) speaks the lesson's language."""
     speak('fr')
     with launch.Processes(str(tmp_path)) as run:
-        proc = run.start('script', [sys.executable, '-m', 'd2lpar.ddp_train',
+        proc = run.start('script', [sys.executable, '-m',
+                                    'd2lpar.distributed.ddp_train',
                                     '--out', str(tmp_path)],
                          launch.python_env())
         assert proc.wait(300) == 1
@@ -462,9 +463,10 @@ def test_the_plots_and_figures_of_the_cost_model_speak_the_language(
 
 
 def _main_source(script):
-    """The source of `main` in d2lpar/<script>.py, decorators included,
-    as inspect.getsource gives it (without importing the framework)."""
-    path = os.path.join(ROOT, 'd2lpar', f'{script}.py')
+    """The source of `main` in d2lpar/distributed/<script>.py, decorators
+    included, as inspect.getsource gives it (without importing the
+    framework)."""
+    path = os.path.join(ROOT, 'd2lpar', 'distributed', f'{script}.py')
     with open(path, encoding='utf-8') as f:
         source = f.read()
     for node in ast.parse(source).body:
@@ -504,7 +506,7 @@ def test_the_training_script_shows_its_comments_in_the_language(
 @pytest.mark.parametrize('script', SCRIPTS)
 def test_every_listing_of_lesson_4_parses_in_every_language(
         script, lang, speak):
-    module = importlib.import_module(f'd2lpar.{script}')
+    module = importlib.import_module(f'd2lpar.distributed.{script}')
     shown = [getattr(module, name) for name in i18n.SHOWN
              if hasattr(module, name)]
     assert shown

@@ -14,6 +14,8 @@
 import contextlib
 import io
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -32,9 +34,9 @@ STEPS = 256 // 64
 
 def _script(framework):
     if framework == 'torch':
-        from d2lpar import ddp_train
+        from d2lpar.distributed import ddp_train
         return ddp_train
-    from d2lpar import kvstore_train
+    from d2lpar.distributed import kvstore_train
     return kvstore_train
 
 
@@ -106,7 +108,7 @@ def test_without_the_epoch_every_epoch_repeats_the_order(framework):
 
 def test_the_sampler_loader_shards_the_data_and_pins_only_for_a_gpu():
     import torch
-    from d2lpar import ddp_train
+    from d2lpar.distributed import ddp_train
     dataset = torch.utils.data.TensorDataset(torch.arange(48))
     orders = []
     for rank in (0, 1):
@@ -121,7 +123,7 @@ def test_the_sampler_loader_shards_the_data_and_pins_only_for_a_gpu():
 
 
 def test_the_gluon_loader_takes_this_workers_shard():
-    from d2lpar import kvstore_train
+    from d2lpar.distributed import kvstore_train
     X = np.arange(40, dtype='float32').reshape(20, 2)
     y = np.arange(20, dtype='float32')
     seen = []
@@ -229,7 +231,7 @@ def test_a_naive_accumulation_needs_several_micro_batches(script, capsys):
     if script == 'kvstore_train':
         pytest.importorskip('mxnet')
     import importlib
-    module = importlib.import_module(f'd2lpar.{script}')
+    module = importlib.import_module(f'd2lpar.distributed.{script}')
     with pytest.raises(SystemExit):
         module.parse_args(['--out', 'x', '--naive-accumulate'])
     assert '--naive-accumulate needs --accumulate 2' in capsys.readouterr().err
@@ -242,9 +244,25 @@ def test_a_naive_accumulation_needs_several_micro_batches(script, capsys):
 
 
 def test_the_tests_own_options_stay_out_of_help():
-    from d2lpar import ddp_train
+    from d2lpar.distributed import ddp_train
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         ddp_train.parse_args(['--help'])
     assert '--crash-at-step' in out.getvalue()
     assert '--leave-a-child' not in out.getvalue()
+
+
+@pytest.mark.parametrize('script', ['ddp_train', 'kvstore_train'])
+def test_help_of_a_script_ends_without_a_traceback(script):
+    """``python -m d2lpar.distributed.ddp_train --help``, outside torchrun,
+    as a student reads a script: the options, exit code 0, no error."""
+    if script == 'kvstore_train':
+        pytest.importorskip('mxnet')
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('RANK', 'WORLD_SIZE', 'DMLC_ROLE')}
+    done = subprocess.run(
+        [sys.executable, '-m', f'd2lpar.distributed.{script}', '--help'],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert '--out' in done.stdout
+    assert 'Traceback' not in done.stderr, done.stderr

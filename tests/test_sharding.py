@@ -261,7 +261,7 @@ def test_mxnet_has_no_pipeline_tool():
 
 def test_the_scripts_pipeline_stages_hold_pipeline_params():
     import torch
-    from d2lpar import pipeline_train
+    from d2lpar.distributed import pipeline_train
     from d2lpar import torch as d2l
     torch.manual_seed(0)
     expected = d2l.pipeline_params()

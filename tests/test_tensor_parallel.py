@@ -1,12 +1,13 @@
-"""Lesson 5: tensor parallelism with PyTorch's API (d2lpar.tensor_parallel)
-in two real processes gives the outputs of the lesson's from-scratch
-split (`tensor_parallel_mlp`) and the gradients of the unsplit MLP, with
-half of each weight per process and one allreduce in each pass."""
+"""Lesson 5: tensor parallelism with PyTorch's API
+(d2lpar.distributed.tensor_parallel) in two real processes gives the
+outputs of the lesson's from-scratch split (`tensor_parallel_mlp`) and
+the gradients of the unsplit MLP, with half of each weight per process
+and one allreduce in each pass."""
 import pytest
 
 torch = pytest.importorskip('torch')
 
-from d2lpar import tensor_parallel  # noqa: E402
+from d2lpar.distributed import tensor_parallel  # noqa: E402
 from d2lpar import torch as d2l  # noqa: E402
 
 # float32 sums taken in another order: the results differ by rounding,

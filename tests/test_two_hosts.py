@@ -15,8 +15,9 @@ import pytest
 
 import netns
 from frameworks import get_backend
-from d2lpar import distributed, runs
-from d2lpar.launch import python_env
+from d2lpar import distributed
+from d2lpar.distributed import runs
+from d2lpar.distributed.launch import python_env
 
 # One epoch of a small job, two processes on each host
 ARGS = ['--cpu', '--num-train', 1536, '--num-test', 512, '--batch-size', 256,

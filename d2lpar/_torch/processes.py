@@ -12,7 +12,7 @@ import time
 import torch
 from torch.multiprocessing.spawn import ProcessException
 
-from d2lpar import launch as _launch
+from d2lpar.distributed import launch as _launch
 from d2lpar.i18n import _, error_message
 
 

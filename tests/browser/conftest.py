@@ -44,7 +44,7 @@ import warnings
 
 import pytest
 
-from d2lpar.launch import free_port, stop_group
+from d2lpar.distributed.launch import free_port, stop_group
 
 # The notebook on show, once its kernel is idle
 IDLE = ('.jp-NotebookPanel:not(.lm-mod-hidden) '

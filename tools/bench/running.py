@@ -1,7 +1,7 @@
 """Running workers: subprocesses that cannot hang the benchmark. Each
 worker is ``python -m tools.bench --worker NAME`` in a session of its
-own (d2lpar.launch), killed with everything it started when it fails or
-its time runs out."""
+own (d2lpar.distributed.launch), killed with everything it started when
+it fails or its time runs out."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 
-from d2lpar.launch import Processes, free_port, wait_for
+from d2lpar.distributed.launch import Processes, free_port, wait_for
 from tools.bench.settings import CORES, DATA_DIR, LOG_DIR, OUT_DIR, ROOT, log
 
 

@@ -290,7 +290,7 @@ def gluon_train(d2l, k, params, cfg):
     initial values `params`, gluon.Trainer with kvstore 'device', one wait
     per epoch."""
     from mxnet import autograd, gluon, npx
-    from d2lpar.kvstore_train import lenet
+    from d2lpar.distributed.kvstore_train import lenet
     devices = d2l.try_devices(k)
     net = lenet(params, devices)
     trainer = gluon.Trainer(net.collect_params(), 'sgd',
@@ -346,7 +346,7 @@ def worker_ddp(spec):
     import torch
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from d2lpar.ddp_train import lenet
+    from d2lpar.distributed.ddp_train import lenet
     torch.manual_seed(0)
     dist = init_gloo(spec)
     rank, world = spec['rank'], spec['world']

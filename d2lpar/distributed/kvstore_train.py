@@ -7,10 +7,10 @@ plays. On one machine, with one server and two workers::
 
     export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=9091 \\
            DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=2
-    DMLC_ROLE=scheduler python -m d2lpar.kvstore_train --out OUT &
-    DMLC_ROLE=server python -m d2lpar.kvstore_train --out OUT &
-    DMLC_ROLE=worker python -m d2lpar.kvstore_train --out OUT &
-    DMLC_ROLE=worker python -m d2lpar.kvstore_train --out OUT
+    DMLC_ROLE=scheduler python -m d2lpar.distributed.kvstore_train --out OUT &
+    DMLC_ROLE=server python -m d2lpar.distributed.kvstore_train --out OUT &
+    DMLC_ROLE=worker python -m d2lpar.distributed.kvstore_train --out OUT &
+    DMLC_ROLE=worker python -m d2lpar.distributed.kvstore_train --out OUT
 
 On several machines the same, with DMLC_PS_ROOT_URI the address of the
 machine that runs the scheduler, a server per machine and DMLC_NUM_SERVER,
@@ -21,7 +21,7 @@ DMLC_NUM_WORKER counting all of them. From Python,
 A worker trains on GPU i when it is worker i of the G on its machine
 (D2LPAR_LOCAL_RANK=i, D2LPAR_LOCAL_WORKERS=G; by default its rank among
 all DMLC_NUM_WORKER workers) and MXNet sees at least G GPUs there; else
-every worker trains on the CPU, as ``d2lpar.ddp_train`` does.
+every worker trains on the CPU, as ``d2lpar.distributed.ddp_train`` does.
 
 A scheduler or server never gets past ``import mxnet``: MXNet sees its
 role, serves inside the import until the workers are done, then exits.
@@ -32,7 +32,7 @@ Each worker takes a contiguous shard of every global batch
 SGD with ``rescale_grad = 1 / global batch`` (``trainer.step(B)``), and
 the workers pull the new weights: the same step as one process taking the
 whole global batch. The optimizer is MXNet's SGD, or Adam with ``--optimizer
-adam``, as subclassed in ``d2lpar.kvstore_state``: each server also
+adam``, as subclassed in ``d2lpar.distributed.kvstore_state``: each server also
 writes the bytes of the optimizer state that it creates to
 OUT/server<i>.json, and each worker notes those of its own updater, which
 stays empty while the servers update. With several servers (and a small
@@ -98,14 +98,14 @@ import mxnet as mx  # a scheduler or server serves in here, then exits
 from mxnet import gluon, np, npx
 from mxnet.gluon import nn
 
-from d2lpar import kvstore_state
+from d2lpar.distributed import kvstore_state
 from d2lpar.devices import choose_gpu
 from d2lpar.i18n import N_, _, error_message
-from d2lpar.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
+from d2lpar.distributed.kvstore_practices import (  # noqa: F401 (lesson 4 shows them)
     AMP_HELP, CHECKPOINT, Watchdog, accumulate_gradients, check_amp,
     count_correct, count_pushes, evaluate, evaluate_shared, first_indices,
     resume, roll_call, save_checkpoint, sharded_loader, worker_shard)
-from d2lpar.scripts import (
+from d2lpar.distributed.scripts import (
     parse_training_arguments, shard_size, shards_of_epoch, training_arguments,
     training_data, write_json, write_npz)
 
@@ -169,8 +169,8 @@ def main(argv=None):
     if args.kvstore.startswith('dist') and 'DMLC_ROLE' not in os.environ:
         raise SystemExit(error_message(
             'No DMLC_ROLE in the environment: start a scheduler, servers '
-            'and workers (see python -m d2lpar.kvstore_train --help), or '
-            'use d2lpar.distributed.launch_kvstore.'))
+            'and workers (see python -m d2lpar.distributed.kvstore_train '
+            '--help), or use d2lpar.distributed.launch_kvstore.'))
     kv = mx.kv.create(args.kvstore)
     rank, world = kv.rank, kv.num_workers
     # The launcher reads this line, so it stays in English

@@ -2,7 +2,7 @@
 folder (no stale results from a former run), the devices of its processes
 (`device_options`: GPUs when each process can have one of its own), and
 its result (`DistributedResult`, read from what the processes wrote).
-Used by the launchers d2lpar.ddp_launch and d2lpar.kvstore_launch.
+Used by the launchers ddp_launch.py and kvstore_launch.py.
 """
 import dataclasses
 import os

@@ -1,4 +1,4 @@
-"""What lesson 4's PyTorch script (d2lpar.ddp_train) does beyond its
+"""What lesson 4's PyTorch script (ddp_train.py) does beyond its
 training loop: checkpoints and restarts (``--checkpoint``,
 ``--fail-at-step``), mixed precision (``--amp``), sharding with a
 sampler, accumulating gradients (``--accumulate``) and evaluating in every
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from d2lpar.i18n import N_, _
-from d2lpar.scripts import check_data_order, say_resumed
+from d2lpar.distributed.scripts import check_data_order, say_resumed
 
 
 def make_optimizer(args, params):

@@ -1,7 +1,7 @@
-"""Lesson 4's PyTorch launcher: ``d2lpar.ddp_train`` in k processes under
-torchrun on 127.0.0.1, stopped with all its processes when one fails or
-the time runs out (d2lpar.launch); torchrun's summary names the failed
-rank.
+"""Lesson 4's PyTorch launcher: ``d2lpar.distributed.ddp_train`` in k
+processes under torchrun on 127.0.0.1, stopped with all its processes
+when one fails or the time runs out (launch.py); torchrun's summary names
+the failed rank.
 """
 import os
 import re
@@ -9,8 +9,10 @@ import subprocess
 import sys
 
 from d2lpar.i18n import Bilingual, Message, _, error_message
-from d2lpar.launch import HOST, Processes, check_port, free_port, python_env
-from d2lpar.runs import check_restarts, collect, device_options, prepare
+from d2lpar.distributed.launch import (
+    HOST, Processes, check_port, free_port, python_env)
+from d2lpar.distributed.runs import (
+    check_restarts, collect, device_options, prepare)
 
 def torch_failure(log):
     """(rank, exit code, error) of torchrun's 'Root Cause' summary."""
@@ -76,15 +78,15 @@ def _results_written(out_dir, num_workers):
 
 def launch_torch(num_workers, out_dir, script_args=(), port=None,
                  timeout=300, num_gpus=None, use_gpus=None, max_restarts=0):
-    """Run ``d2lpar.ddp_train`` in `num_workers` processes under torchrun on
-    127.0.0.1 (rendezvous at `port`, default: a free one) and return a
-    `DistributedResult`. Raises RuntimeError, with the failing rank and
-    the end of the log, when a process fails or `timeout` seconds pass;
-    no process is left behind either way. The processes train on GPUs
-    when there are `num_gpus` >= `num_workers` (default: as many as
-    PyTorch sees), else all on the CPU; `use_gpus` False puts them on the
-    CPU in any case (see `runs.device_options`). When a process fails,
-    torchrun stops the others and starts them all again, up to
+    """Run ``d2lpar.distributed.ddp_train`` in `num_workers` processes
+    under torchrun on 127.0.0.1 (rendezvous at `port`, default: a free
+    one) and return a `DistributedResult`. Raises RuntimeError, with the
+    failing rank and the end of the log, when a process fails or `timeout`
+    seconds pass; no process is left behind either way. The processes
+    train on GPUs when there are `num_gpus` >= `num_workers` (default: as
+    many as PyTorch sees), else all on the CPU; `use_gpus` False puts them
+    on the CPU in any case (see `runs.device_options`). When a process
+    fails, torchrun stops the others and starts them all again, up to
     `max_restarts` times (``--max-restarts``), before it gives up."""
     port = free_port() if port is None else check_port(port)
     out_dir = prepare(out_dir, num_workers, timeout)
@@ -94,7 +96,7 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
            '--nproc-per-node', str(num_workers), '--rdzv-backend', 'c10d',
            '--rdzv-endpoint', f'{HOST}:{port}',
            '--max-restarts', str(max_restarts),
-           '-m', 'd2lpar.ddp_train', '--out', out_dir, *devices,
+           '-m', 'd2lpar.distributed.ddp_train', '--out', out_dir, *devices,
            *map(str, script_args)]
     with Processes(out_dir) as run:
         proc = run.start('torchrun', cmd, python_env())

@@ -4,7 +4,7 @@ The lesson calls `run(X, y, flat)`, which starts this module as a script
 under torchrun on 127.0.0.1::
 
     python -m torch.distributed.run --nproc-per-node 2 \\
-        -m d2lpar.tensor_parallel --inputs IN.npz --out OUT
+        -m d2lpar.distributed.tensor_parallel --inputs IN.npz --out OUT
 
 Each process builds the MLP of ``d2l.mlp`` (784 -> 256 -> 10) with the
 values in IN.npz, and `parallelize_module` splits it over a `DeviceMesh`
@@ -24,9 +24,9 @@ import tempfile
 
 import numpy as np
 
-from d2lpar.ddp_launch import run_module
+from d2lpar.distributed.ddp_launch import run_module
 from d2lpar.i18n import N_
-from d2lpar.scripts import write_json, write_npz
+from d2lpar.distributed.scripts import write_json, write_npz
 
 SHAPES = {'W1': (784, 256), 'b1': (256,), 'W2': (256, 10), 'b2': (10,)}
 
@@ -49,7 +49,7 @@ def run(X, y, flat, num_processes=2, timeout=120):
         np.savez(os.path.join(out, 'inputs.npz'),
                  X=X.reshape(len(X), -1), y=_numpy(y).astype(np.int64),
                  flat=_numpy(flat).astype(np.float32))
-        run_module('d2lpar.tensor_parallel', [
+        run_module('d2lpar.distributed.tensor_parallel', [
             '--inputs', os.path.join(out, 'inputs.npz'), '--out', out], out,
             num_processes, timeout,
             N_('The tensor-parallel run in {n} processes failed ({code}): '

@@ -1,7 +1,7 @@
-"""Lesson 4's MXNet launcher: ``d2lpar.kvstore_train`` with the
+"""Lesson 4's MXNet launcher: ``d2lpar.distributed.kvstore_train`` with the
 ``dist_sync`` KVStore on 127.0.0.1, as a scheduler, servers and workers;
 when one of them fails the others would wait forever, so all are stopped
-(d2lpar.launch), and the whole job may start again from its checkpoint.
+(launch.py), and the whole job may start again from its checkpoint.
 """
 import re
 import signal
@@ -10,9 +10,10 @@ import sys
 import time
 
 from d2lpar.i18n import Message, N_, _, error_message
-from d2lpar.launch import (
+from d2lpar.distributed.launch import (
     HOST, Processes, check_port, free_port, python_env, wait_for)
-from d2lpar.runs import check_restarts, collect, device_options, prepare
+from d2lpar.distributed.runs import (
+    check_restarts, collect, device_options, prepare)
 
 def worker_rank(run, name):
     # kvstore_train writes this line in English, whatever the language
@@ -43,8 +44,8 @@ ROLES = {'scheduler': N_('scheduler'), 'server': N_('server')}
 def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
                    timeout=300, num_gpus=None, use_gpus=None, num_servers=1,
                    bigarray_bound=None, max_restarts=0):
-    """Run ``d2lpar.kvstore_train`` with the ``dist_sync`` KVStore on
-    127.0.0.1: a scheduler (at `port`, default: a free one),
+    """Run ``d2lpar.distributed.kvstore_train`` with the ``dist_sync``
+    KVStore on 127.0.0.1: a scheduler (at `port`, default: a free one),
     `num_servers` servers and `num_workers` workers (arrays of more than
     `bigarray_bound` elements are cut into a part per server; default:
     MXNet's, a million). Returns a `DistributedResult`. Raises
@@ -64,8 +65,8 @@ def launch_kvstore(num_workers, out_dir, script_args=(), port=None,
     out_dir = prepare(out_dir, num_workers, timeout)
     devices = device_options('mxnet', num_gpus, num_workers, use_gpus)
     max_restarts = check_restarts(max_restarts)
-    cmd = [sys.executable, '-m', 'd2lpar.kvstore_train', '--out', out_dir,
-           *devices, *map(str, script_args)]
+    cmd = [sys.executable, '-m', 'd2lpar.distributed.kvstore_train',
+           '--out', out_dir, *devices, *map(str, script_args)]
     deadline = time.monotonic() + timeout
     for restart in range(max_restarts + 1):
         try:

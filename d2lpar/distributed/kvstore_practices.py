@@ -1,4 +1,4 @@
-"""What lesson 4's MXNet script (d2lpar.kvstore_train) does beyond its
+"""What lesson 4's MXNet script (kvstore_train.py) does beyond its
 training loop: checkpoints (``--checkpoint``), mixed precision
 (``--amp``), each worker's shard, accumulating gradients
 (``--accumulate``), evaluating in every worker, and saying which machine
@@ -25,7 +25,8 @@ import mxnet as mx
 from mxnet import autograd, gluon, np
 
 from d2lpar.i18n import N_, _, error_message
-from d2lpar.scripts import check_data_order, say_resumed, write_json
+from d2lpar.distributed.scripts import (
+    check_data_order, say_resumed, write_json)
 
 
 # --------------------------------------------------------------------------

@@ -4,7 +4,7 @@ The lesson calls `run([0.05, 25])`, which starts this module as a script
 under torchrun on 127.0.0.1::
 
     python -m torch.distributed.run --nproc-per-node 2 \\
-        -m d2lpar.ddp_overlap --bucket-cap-mb 0.05 25 --out OUT
+        -m d2lpar.distributed.ddp_overlap --bucket-cap-mb 0.05 25 --out OUT
 
 For each bucket size, each process wraps the lesson's ResNet-18 in DDP
 (gloo on the CPU, one thread for its computation), takes two steps on a
@@ -24,9 +24,9 @@ import tempfile
 import time
 
 from d2lpar import timeline as _timeline
-from d2lpar.ddp_launch import run_module
+from d2lpar.distributed.ddp_launch import run_module
 from d2lpar.i18n import N_, _
-from d2lpar.scripts import write_json
+from d2lpar.distributed.scripts import write_json
 
 BACKWARD = 'autograd::engine::evaluate_function: '  # the autograd events
 
@@ -87,7 +87,7 @@ def run(bucket_caps_mb, width=8, batch_size=64, steps=2, num_processes=2,
     Returns one `OverlapRun` per bucket size, the events of all the
     processes on one timeline (seconds from the first one)."""
     with tempfile.TemporaryDirectory(prefix='d2lpar-overlap-') as out:
-        run_module('d2lpar.ddp_overlap', [
+        run_module('d2lpar.distributed.ddp_overlap', [
             '--out', out, '--width', str(width), '--batch-size',
             str(batch_size), '--steps', str(steps), '--bucket-cap-mb',
             *[str(c) for c in bucket_caps_mb]], out, num_processes, timeout,

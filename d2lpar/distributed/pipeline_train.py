@@ -1,8 +1,8 @@
-"""Lesson 5's pipeline in two processes, run by ``d2lpar.ddp_train
+"""Lesson 5's pipeline in two processes, run by ``d2lpar.distributed.ddp_train
 --pipeline``: the MLP of ``pipeline_params`` cut into two stages, one per
 process, trained with the GPipe or the 1F1B schedule of
 ``torch.distributed.pipelining`` (``--schedule``; see the docstring of
-d2lpar.ddp_train). Each process counts the micro-batches whose
+d2lpar.distributed.ddp_train). Each process counts the micro-batches whose
 activations its stage holds at once (`InFlight`).
 """
 import os
@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from d2lpar.ddp_practices import evaluate, make_optimizer
+from d2lpar.distributed.ddp_practices import evaluate, make_optimizer
 from d2lpar.i18n import _, error_message
-from d2lpar.scripts import shards_of_epoch, write_json, write_npz
+from d2lpar.distributed.scripts import shards_of_epoch, write_json, write_npz
 from d2lpar.training import learning_rate
 
 

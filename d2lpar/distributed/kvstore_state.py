@@ -1,5 +1,5 @@
-"""The optimizers that ``d2lpar.kvstore_train`` hands to the KVStore, and
-what they hold.
+"""The optimizers that ``d2lpar.distributed.kvstore_train`` hands to the
+KVStore, and what they hold.
 
 With the distributed KVStore, the optimizer runs on the servers: a worker
 pickles it and sends it to each server, which creates the state of a key

@@ -1,22 +1,27 @@
 """Multi-process training on this machine (lesson 4), and the command
-lines that run it on several machines.
+lines that run it on several machines: the package of everything that
+runs in several processes.
 
 Framework-free: the training itself runs in other processes, the PyTorch
-script ``d2lpar.ddp_train`` under ``torchrun`` (d2lpar.ddp_launch) and the
-MXNet script ``d2lpar.kvstore_train`` as scheduler, servers and workers
-(d2lpar.kvstore_launch), all on the loopback interface (127.0.0.1). Only
-counting the GPUs imports a framework. Every process computes with one
-thread (OMP_NUM_THREADS=1, unless the environment says otherwise), so k
-processes stand for k one-core machines. With fewer GPUs than processes,
-all processes train on the CPU (see `devices.choose_gpu`), and the
-launcher says so.
+script ``d2lpar.distributed.ddp_train`` under ``torchrun`` (ddp_launch)
+and the MXNet script ``d2lpar.distributed.kvstore_train`` as scheduler,
+servers and workers (kvstore_launch), all on the loopback interface
+(127.0.0.1). Only counting the GPUs imports a framework. Every process
+computes with one thread (OMP_NUM_THREADS=1, unless the environment says
+otherwise), so k processes stand for k one-core machines. With fewer GPUs
+than processes, all processes train on the CPU (see
+`devices.choose_gpu`), and the launcher says so.
 
-A failed or stuck run never leaves processes behind (d2lpar.launch): each
-child starts in a session of its own, with a mark in its environment
-that its own children inherit; when a run fails, times out, or Python
-exits, every marked process gets SIGTERM, then SIGKILL. The tables and
-plots of a run's processes are in d2lpar.plots, its folder and result in
-d2lpar.runs.
+A failed or stuck run never leaves processes behind (launch): each child
+starts in a session of its own, with a mark in its environment that its
+own children inherit; when a run fails, times out, or Python exits, every
+marked process gets SIGTERM, then SIGKILL. The tables and plots of a
+run's processes are in d2lpar.plots, its folder and result in runs.
+
+Also here: the practices of the two scripts (ddp_practices,
+kvstore_practices, kvstore_state, scripts), the failures on purpose
+(faults), lesson 3's overlap script (ddp_overlap) and lesson 5's
+(pipeline_train, tensor_parallel).
 """
 import atexit
 import os
@@ -24,11 +29,11 @@ import shlex
 import shutil
 import tempfile
 
-from d2lpar.ddp_launch import launch_torch
+from d2lpar.distributed.ddp_launch import launch_torch
 from d2lpar.i18n import error_message
-from d2lpar.kvstore_launch import launch_kvstore
-from d2lpar.launch import HOST, Processes, check_port  # noqa: F401 (tests)
-from d2lpar.runs import DistributedResult  # noqa: F401 (the backends)
+from d2lpar.distributed.kvstore_launch import launch_kvstore
+from d2lpar.distributed.launch import HOST, Processes, check_port  # noqa: F401 (tests)
+from d2lpar.distributed.runs import DistributedResult  # noqa: F401 (the backends)
 
 
 # --------------------------------------------------------------------------
@@ -161,7 +166,7 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
                 f'{restarts}'
                 f'--rdzv-backend c10d --rdzv-endpoint {first}:{port} '
                 f'--rdzv-conf is_host={int(i == 0)} --local-addr {host} '
-                f'-m d2lpar.ddp_train {script}')
+                f'-m d2lpar.distributed.ddp_train {script}')
     elif framework == 'mxnet':
         if max_restarts:
             raise ValueError(error_message(
@@ -170,7 +175,7 @@ def command_for_machines(framework, hosts, workers_per_host=1, port=29500,
                 'failure (with --checkpoint, they go on from it).'))
         env = (f'DMLC_PS_ROOT_URI={first} DMLC_PS_ROOT_PORT={port} '
                f'DMLC_NUM_SERVER={n} DMLC_NUM_WORKER={n * g}')
-        run = f'python -m d2lpar.kvstore_train {script}'
+        run = f'python -m d2lpar.distributed.kvstore_train {script}'
         lines.append(f'[{first}]$ DMLC_ROLE=scheduler {env} {run} &')
         for host in hosts:
             lines.append(f'[{host}]$ DMLC_ROLE=server {env} {run} &')

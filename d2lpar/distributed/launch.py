@@ -18,10 +18,12 @@ import subprocess
 import time
 import uuid
 
+import d2lpar
 from d2lpar.i18n import error_message
 
 HOST = '127.0.0.1'
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The folder that holds the package d2lpar, for the children's PYTHONPATH
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(d2lpar.__file__)))
 _MARK = 'D2LPAR_RUN'  # environment variable that marks our processes
 
 

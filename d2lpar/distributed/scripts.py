@@ -1,11 +1,11 @@
-"""What the two training scripts (d2lpar.ddp_train, d2lpar.kvstore_train)
-share: their command-line options (checkpoints and restarts too), the
-shard of each step, and results written atomically. The failures that
-lesson 4 and the tests ask for are in d2lpar.faults.
+"""What the two training scripts (ddp_train.py, kvstore_train.py) share:
+their command-line options (checkpoints and restarts too), the shard of
+each step, and results written atomically. The failures that lesson 4
+and the tests ask for are in faults.py.
 """
 import os
 
-from d2lpar import faults
+from d2lpar.distributed import faults
 from d2lpar.i18n import _, error_message
 from d2lpar.training import epoch_shards
 
