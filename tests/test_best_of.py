@@ -40,7 +40,10 @@ def test_plot_timings_draws_the_best_of_n(records):
     assert times == {'x': 0.2, 'y': 0.1, 'x + y': pytest.approx(0.3)}
     assert sorted(p.get_width() for p in ax.patches) == pytest.approx(
         [0.1, 0.2, 0.3])
+    assert ax.get_xlabel() == 'seconds, the shortest of 3 runs'
+    _, ax = plt.subplots()
     assert plots.plot_timings(['x', 'y'], ax=ax) == {'x': 0.5, 'y': 0.6}
+    assert ax.get_xlabel() == 'seconds'
     plt.close('all')
 
 

@@ -372,6 +372,9 @@ def test_split_batch_over_no_device(backend):
         backend.split_batch(X, y, [])
     with pytest.raises(TypeError, match='list of devices'):
         backend.split_batch(X, y, None)
+    # The check must not use up what the function then needs
+    with pytest.raises(TypeError, match='list of devices'):
+        backend.split_batch(X, y, iter(backend.try_devices(2)))
 
 
 # --------------------------------------------------------------------------

@@ -19,14 +19,13 @@ OUT/events-RANK.json; rank 0 then writes OUT/result.json.
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 
 from d2lpar import timeline as _timeline
 from d2lpar.distributed.ddp_launch import run_module
 from d2lpar.i18n import N_, _
-from d2lpar.distributed.scripts import write_json
+from d2lpar.distributed.scripts import leave_now, write_json
 
 BACKWARD = 'autograd::engine::evaluate_function: '  # the autograd events
 
@@ -197,10 +196,4 @@ def main():
 
 if __name__ == '__main__':
     main()
-    # The results are written and the process group is gone: leave now.
-    # At the interpreter's normal exit, a C++ thread of PyTorch's
-    # collectives sometimes ends the process with SIGABRT ("terminate
-    # called without an active exception"), as ddp_train says
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_now()  # not the interpreter's normal exit (see scripts.py)

@@ -80,7 +80,6 @@ way to shard data (``DistributedSampler``, ``set_epoch``).
 import contextlib
 import os
 import socket
-import sys
 import time
 from datetime import timedelta
 
@@ -102,8 +101,8 @@ from d2lpar.devices import choose_gpu
 from d2lpar.i18n import N_, _, error_message
 from d2lpar.distributed.pipeline_train import train_pipeline
 from d2lpar.distributed.scripts import (
-    parse_training_arguments, shard_size, shards_of_epoch, training_arguments,
-    training_data, write_json, write_npz)
+    leave_now, parse_training_arguments, shard_size, shards_of_epoch,
+    training_arguments, training_data, write_json, write_npz)
 from d2lpar.training import learning_rate
 
 
@@ -447,12 +446,5 @@ if __name__ == '__main__':
         with contextlib.suppress(Exception):  # never hide the error itself
             say_lost_machines(e)
         raise
-    # The results are written and the process group is gone: leave now.
-    # At the interpreter's normal exit, a C++ thread of PyTorch's
-    # collectives sometimes ends it with "terminate called without an
-    # active exception" (SIGABRT, seen once in a lesson 5 FSDP run on two
-    # busy cores), which would fail a run that has finished
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
     faults.at_exit(os.environ.get('RANK'))  # when the tests ask it to abort
-    os._exit(0)
+    leave_now()  # not the interpreter's normal exit (see scripts.py)

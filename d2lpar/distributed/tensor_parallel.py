@@ -19,14 +19,13 @@ counted in the forward and in the backward pass).
 import argparse
 import json
 import os
-import sys
 import tempfile
 
 import numpy as np
 
 from d2lpar.distributed.ddp_launch import run_module
 from d2lpar.i18n import N_
-from d2lpar.distributed.scripts import write_json, write_npz
+from d2lpar.distributed.scripts import leave_now, write_json, write_npz
 
 SHAPES = {'W1': (784, 256), 'b1': (256,), 'W2': (256, 10), 'b2': (10,)}
 
@@ -153,10 +152,4 @@ def main():
 
 if __name__ == '__main__':
     main()
-    # The results are written and the process group is gone: leave now.
-    # At the interpreter's normal exit, a C++ thread of PyTorch's
-    # collectives sometimes ends the process with SIGABRT ("terminate
-    # called without an active exception"), as ddp_train says
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_now()  # not the interpreter's normal exit (see scripts.py)
