@@ -8,8 +8,10 @@ the copies that ``make lib`` writes into the backends are wrapped with
 still says what to do.
 """
 import functools
+import inspect
 import math
 import numbers
+from typing import Any, Callable, TypeVar, cast
 
 from d2lpar.i18n import error_message
 
@@ -29,14 +31,26 @@ def check_devices(devices):
     return devices
 
 
-def checked(fn, check):
+F = TypeVar('F', bound=Callable[..., Any])
+
+
+def checked(fn: F, check) -> F:
     """`fn`, which first passes its arguments to `check`: `check` takes
-    the same arguments and raises a clear error about a wrong one."""
+    the same arguments and raises a clear error about a wrong one. A call
+    that does not fit `fn`'s signature goes to `fn` unchecked, so that
+    Python's own error names `fn`. (The annotations let an editor show
+    `fn`'s parameters for the wrapper.)"""
+    signature = inspect.signature(fn)
+
     @functools.wraps(fn)
     def checked_fn(*args, **kwargs):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError:
+            return fn(*args, **kwargs)
         check(*args, **kwargs)
         return fn(*args, **kwargs)
-    return checked_fn
+    return cast(F, checked_fn)
 
 
 def _kept_devices(devices):

@@ -37,8 +37,11 @@ def plot_timings(descriptions, *, sum_of=(), title=None, ax=None,
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                 ' ' + number(times[name], '.3f'),
                 va='center', fontsize=8)
-    ax.set_xlabel(_('seconds, the shortest of {n} runs').format(n=best_of)
-                  if best_of > 1 else _('seconds'))
+    # How many runs each bar had to choose from (fewer if fewer were timed)
+    runs = min(min(best_of, sum(name == d for name, _s in Benchmark.records))
+               for d in descriptions)
+    ax.set_xlabel(_('seconds, the shortest of {n} runs').format(n=runs)
+                  if runs > 1 else _('seconds'))
     ax.set_xlim(0, 1.2 * max(times.values()))
     if title:
         ax.set_title(title)

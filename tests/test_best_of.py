@@ -44,6 +44,10 @@ def test_plot_timings_draws_the_best_of_n(records):
     _, ax = plt.subplots()
     assert plots.plot_timings(['x', 'y'], ax=ax) == {'x': 0.5, 'y': 0.6}
     assert ax.get_xlabel() == 'seconds'
+    # The label counts the runs there were, not those asked for
+    _, ax = plt.subplots()
+    plots.plot_timings(['x', 'y'], best_of=10, ax=ax)
+    assert ax.get_xlabel() == 'seconds, the shortest of 3 runs'
     plt.close('all')
 
 

@@ -372,6 +372,9 @@ def test_split_batch_over_no_device(backend):
         backend.split_batch(X, y, [])
     with pytest.raises(TypeError, match='list of devices'):
         backend.split_batch(X, y, None)
+    # A call that does not fit is Python's own error, about split_batch
+    with pytest.raises(TypeError, match=r'split_batch\(\) missing'):
+        backend.split_batch(X, y)
     # The check must not use up what the function then needs
     with pytest.raises(TypeError, match='list of devices'):
         backend.split_batch(X, y, iter(backend.try_devices(2)))

@@ -6,7 +6,7 @@ One machine, two processes (GPUs: backend nccl, process i on cuda:i;
 the CPU: gloo, also when the machine has fewer GPUs than processes, since
 NCCL needs a GPU per process)::
 
-    torchrun --standalone --nproc-per-node 2 \
+    torchrun --standalone --nproc-per-node 2 \\
         -m d2lpar.distributed.ddp_train --out OUT
 
 Several machines: the same command on each, pointing at the first one
@@ -91,7 +91,6 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from d2lpar.distributed import faults
 from d2lpar.distributed.ddp_practices import (  # noqa: F401 (lesson 4 shows them here)
     AMP_HELP, CHECKPOINT, Precision, accumulate_gradients,
     choose_gloo_interface, count_correct, evaluate, evaluate_shared,
@@ -446,5 +445,4 @@ if __name__ == '__main__':
         with contextlib.suppress(Exception):  # never hide the error itself
             say_lost_machines(e)
         raise
-    faults.at_exit(os.environ.get('RANK'))  # when the tests ask it to abort
-    leave_now()  # not the interpreter's normal exit (see scripts.py)
+    leave_now(os.environ.get('RANK'))  # not the interpreter's normal exit

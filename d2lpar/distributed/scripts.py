@@ -150,13 +150,14 @@ def write_npz(path, arrays):
     os.replace(tmp, path)
 
 
-def leave_now():
+def leave_now(rank=None):
     """End a PyTorch script whose results are written and whose process
-    group is gone. At the interpreter's normal exit, a C++ thread of
-    PyTorch's collectives sometimes ends the process with SIGABRT
-    ("terminate called without an active exception", seen once in a
-    lesson 5 FSDP run on two busy cores), which would fail a run that has
-    finished."""
+    group is gone (after `faults.at_exit`, for process `rank`). At the
+    interpreter's normal exit, a C++ thread of PyTorch's collectives
+    sometimes ends the process with SIGABRT ("terminate called without an
+    active exception", seen once in a lesson 5 FSDP run on two busy
+    cores), which would fail a run that has finished."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    faults.at_exit(rank)  # when the tests ask this rank to abort
     os._exit(0)
