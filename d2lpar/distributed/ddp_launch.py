@@ -10,7 +10,7 @@ import sys
 
 from d2lpar.i18n import Bilingual, Message, _, error_message
 from d2lpar.distributed.launch import (
-    HOST, Processes, check_port, free_port, python_env)
+    HOST, Processes, check_port, python_env)
 from d2lpar.distributed.runs import (
     check_restarts, collect, device_options, prepare)
 
@@ -47,9 +47,10 @@ def run_module(module, args, out_dir, num_processes, timeout, failed):
     `out_dir`/result.json, is only reported: PyTorch's teardown crash
     ("terminate called without an active exception", SIGABRT) can hit a
     process after everything else is done."""
+    # Port 0: torchrun's store binds a free port itself (see launch_torch)
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1',
            '--nproc-per-node', str(num_processes), '--rdzv-backend', 'c10d',
-           '--rdzv-endpoint', f'{HOST}:{free_port()}', '-m', module, *args]
+           '--rdzv-endpoint', f'{HOST}:0', '-m', module, *args]
     with Processes(out_dir) as processes:
         proc = processes.start('torchrun', cmd, python_env())
         try:
@@ -80,15 +81,20 @@ def launch_torch(num_workers, out_dir, script_args=(), port=None,
                  timeout=300, num_gpus=None, use_gpus=None, max_restarts=0):
     """Run ``d2lpar.distributed.ddp_train`` in `num_workers` processes
     under torchrun on 127.0.0.1 (rendezvous at `port`, default: a free
-    one) and return a `DistributedResult`. Raises RuntimeError, with the
-    failing rank and the end of the log, when a process fails or `timeout`
-    seconds pass; no process is left behind either way. The processes
-    train on GPUs when there are `num_gpus` >= `num_workers` (default: as
-    many as PyTorch sees), else all on the CPU; `use_gpus` False puts them
-    on the CPU in any case (see `runs.device_options`). When a process
-    fails, torchrun stops the others and starts them all again, up to
-    `max_restarts` times (``--max-restarts``), before it gives up."""
-    port = free_port() if port is None else check_port(port)
+    one that torchrun picks) and return a `DistributedResult`. Raises
+    RuntimeError, with the failing rank and the end of the log, when a
+    process fails or `timeout` seconds pass; no process is left behind
+    either way. The processes train on GPUs when there are `num_gpus` >=
+    `num_workers` (default: as many as PyTorch sees), else all on the CPU;
+    `use_gpus` False puts them on the CPU in any case (see
+    `runs.device_options`). When a process fails, torchrun stops the
+    others and starts them all again, up to `max_restarts` times
+    (``--max-restarts``), before it gives up."""
+    # With no port asked for, torchrun's rendezvous store binds a free one
+    # itself (port 0, as torchrun --standalone does): a port chosen here
+    # could be taken by another program before torchrun binds it, and
+    # torchrun would then wait for that program as if it were the store
+    port = 0 if port is None else check_port(port)
     out_dir = prepare(out_dir, num_workers, timeout)
     devices = device_options('torch', num_gpus, num_workers, use_gpus)
     max_restarts = check_restarts(max_restarts)
