@@ -238,7 +238,9 @@ def test_after_a_cut_link_comes_back_the_run_resumes_bit_for_bit(
     another order (PyTorch: DDP lays out its bucket anew; MXNet: the
     server adds the pushes as they come), 3e-8 apart, on one host too."""
     def args(name):
-        return ['--cpu', '--num-train', 6000, '--num-test', 512,
+        # 12000 examples: an epoch lasts seconds even on an idle machine,
+        # so the link is cut during the second epoch, never after it
+        return ['--cpu', '--num-train', 12000, '--num-test', 512,
                 '--batch-size', 64, '--epochs', 2, '--comm-timeout', 15,
                 '--checkpoint', tmp_path / name]
 
@@ -305,8 +307,7 @@ def cut_and_restore_the_link(hosts, folder, procs, framework):
         assert time.monotonic() < deadline, logs(folder)
         assert all(p.poll() is None for p in procs), logs(folder)
         time.sleep(0.2)
-    time.sleep(1)
-    hosts.set_link(False)
+    hosts.set_link(False)  # at once: the second epoch has just begun
     logs_ = [folder / f'host{i}.log' for i in range(2)]
     while not all('lost the machine' in log.read_text() for log in logs_):
         assert time.monotonic() < deadline, logs(folder)

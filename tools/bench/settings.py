@@ -45,7 +45,7 @@ CONCISE = dict(width=8, batch_size=64, lr=0.1, num_train=1024, num_test=512,
 # Section 0: CPU stand-ins (lessons 1 and 3 as a student runs them)
 STANDIN_REPS_FULL, STANDIN_REPS_QUICK = 5, 3
 LESSON1_SIZE = 500  # lesson 1's sizes on a CPU
-LESSON1_A, LESSON1_B = (1000, 16), (16, 1000)
+LESSON1_A, LESSON1_B = (1000, 32), (32, 1000)
 CONCISE_STANDINS = dict(width=8, batch_size=64, lr=0.05, num_train=2048,
                         num_test=256, num_epochs=1)
 
