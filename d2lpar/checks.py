@@ -89,6 +89,19 @@ def train_input(num_gpus, batch_size, lr, *, devices=None, **options):
             'd2l.try_devices({k}) picks them.', k=num_gpus, n=len(devices)))
 
 
+def collective(check_collective, name, same_rows=True):
+    """The check of the collective `name` (``reduce_scatter(data)``,
+    ``all_gather(shards)``), with the backend's `check_collective`: a
+    non-empty list of arrays of one shape (with `same_rows` False, of one
+    shape after the first axis)."""
+    def check(*args, **kwargs):
+        # `checked` has bound the call to the collective's one parameter
+        # (data or shards), given by position or by name
+        (arrays,) = (*args, *kwargs.values())
+        check_collective(arrays, name, same_rows)
+    return check
+
+
 def check_split(num_X, num_y, devices):
     """Check that a batch of `num_X` examples can be split over devices."""
     devices = check_devices(devices)

@@ -398,13 +398,12 @@ def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
 
 
 # From notebooks/en/communication-cost.md
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def matmul_rate(device, n=1024, repeat=5):
     """FLOP/s of a product of two `n` x `n` matrices on `device`: 2 n**3
     FLOPs over the best of `repeat` timed products (the first also warms
     up). The values do not matter for the time; zeros will do."""
-    A = d2l.zeros(n * n, device).reshape(n, n)
-    B = d2l.zeros(n * n, device).reshape(n, n)
+    A = torch.zeros((n, n), device=device)
+    B = torch.zeros((n, n), device=device)
     timer = d2l.Timer()
     for _ in range(repeat):
         timer.start()
@@ -550,8 +549,8 @@ def reduce_scatter(data):
     """Sum the arrays of `data` (one per device, same shape) and leave
     shard i of the sum on device i: the rows that ``np.array_split`` gives
     shard i, added up in the order of the devices (as `allreduce` adds).
-    The inputs are not changed."""
-    d2l.check_collective(data, 'reduce_scatter')
+    The inputs are not changed. (``d2l.reduce_scatter`` first checks
+    that `data` is a list of arrays of one shape.)"""
     b = d2l.shard_bounds(len(data[0]), len(data))
     shards = []
     with d2l.no_grad():
@@ -567,8 +566,9 @@ def reduce_scatter(data):
 # (#@tab all: the same code stands in the other backend, from the same cell)
 def all_gather(shards):
     """Give every device the whole array: the shards (shard i on device i)
-    put back together in order. The shards are not changed."""
-    d2l.check_collective(shards, 'all_gather', same_rows=False)
+    put back together in order. The shards are not changed.
+    (``d2l.all_gather`` first checks that they are arrays of one shape
+    after the first axis.)"""
     with d2l.no_grad():
         return [d2l.concat([d2l.to_device(s, d2l.device_of(x))
                             for s in shards]) for x in shards]
@@ -704,3 +704,7 @@ allreduce = _checks.checked(allreduce, check_allreduce)
 split_batch = _checks.checked(split_batch, _checks.split_batch_input)
 train_batch = _checks.checked(train_batch, _checks.train_batch_input)
 train = _checks.checked(train, _checks.train_input)
+reduce_scatter = _checks.checked(
+    reduce_scatter, _checks.collective(check_collective, 'reduce_scatter'))
+all_gather = _checks.checked(
+    all_gather, _checks.collective(check_collective, 'all_gather', False))

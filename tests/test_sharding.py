@@ -79,6 +79,15 @@ def test_collectives_refuse_bad_input(backend, name):
     with pytest.raises(ValueError, match=r'\(4, 2\), \(4, 3\)'):
         fn([a, b])
     np.testing.assert_array_equal(backend.numpy(a), np.ones((4, 2)))
+    # The lessons' code does not check: the package's copy does, whether
+    # the list comes by position or by name, and says which function
+    keyword = {'reduce_scatter': 'data', 'all_gather': 'shards'}[name]
+    with pytest.raises(ValueError, match=f'{name} got an empty list'):
+        fn(**{keyword: []})
+    c = backend.array(np.ones((4, 2), 'float32'), devices[1])
+    assert len(fn(**{keyword: [a, c]})) == 2
+    with pytest.raises(TypeError, match=name):  # Python's own error
+        fn([a, c], [a, c])
 
 
 def test_reduce_scatter_needs_equal_rows_all_gather_does_not(backend):
