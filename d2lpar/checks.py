@@ -1,6 +1,7 @@
 """Checks of the lessons' inputs, with messages that say what to do:
 device lists, minibatches to split, parameter copies, the arrays of an
-allreduce, learning rates and the settings of `train_concise`.
+allreduce, a reduce-scatter or an all-gather, learning rates and the
+settings of `train_concise`.
 
 The lessons show their functions without these checks, as the book does;
 the copies that ``make lib`` writes into the backends are wrapped with
