@@ -42,6 +42,29 @@ def test_mxnet_records_the_watched_results_in_order():
     assert [e.kind for e in tl.events] == ['compute', 'copy']
 
 
+def test_mxnet_engine_notes_on_a_build_with_the_profiler(monkeypatch):
+    """Lesson 3 asks for the engine's notes (engine_notes): on a build
+    with its profiler, which records operators and not the watched
+    results, the timeline still has the notes, and a sum queued after a
+    barrier ends after the work before it."""
+    backend = get_backend('mxnet')
+    import mxnet as mx
+    features = mx.runtime.Features()
+    monkeypatch.setattr(type(features), 'is_enabled',
+                        lambda self, name: name == 'PROFILER')
+    monkeypatch.setattr(mx.runtime, 'Features', lambda: features)
+    x = backend.array(np.ones((200, 200), np.float32))
+    tl = backend.Timeline()
+    tl.engine_notes = True
+    with tl:
+        y = tl.watch(x @ x, 'product')
+        backend.synchronize([backend.try_devices(1)[0]])
+        tl.watch(y + 1, 'sum', 'communication')
+    assert [(e.name, e.kind) for e in tl.events] == [
+        ('product', 'compute'), ('sum', 'communication')]
+    assert tl.events[1].end >= tl.events[0].end
+
+
 def test_timeline_holds_both_operations_in_order(backend, tmp_path):
     tl = _two_operations_recorded(backend)
     starts = [e.start for e in tl.events]
