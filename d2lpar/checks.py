@@ -17,9 +17,16 @@ from typing import Any, Callable, TypeVar, cast
 from d2lpar.i18n import error_message
 
 
-def check_devices(devices):
-    """Return `devices` as a non-empty list, or raise a clear error."""
-    if devices is None or isinstance(devices, (str, bytes)):
+def check_devices(devices, *, used_later=False):
+    """Return `devices` as a non-empty list, or raise a clear error. With
+    `used_later`, the caller hands `devices` on to the function it guards,
+    so an iterator, which this check would use up, is refused as None
+    is."""
+    try:
+        used_up = used_later and iter(devices) is devices
+    except TypeError:
+        used_up = False  # not iterable: said below
+    if devices is None or isinstance(devices, (str, bytes)) or used_up:
         raise TypeError(error_message(
             'devices must be a list of devices, got {devices!r}; for '
             'example d2l.try_all_gpus().', devices=devices))
@@ -54,36 +61,23 @@ def checked(fn: F, check) -> F:
     return cast(F, checked_fn)
 
 
-def _kept_devices(devices):
-    """`check_devices` for a check that leaves `devices` to the function
-    it guards: an iterator would be used up by the check, so it is refused
-    as None is."""
-    try:
-        used_up = devices is not None and iter(devices) is devices
-    except TypeError:
-        used_up = False  # not iterable: check_devices says so
-    if used_up:
-        raise TypeError(error_message(
-            'devices must be a list of devices, got {devices!r}; for '
-            'example d2l.try_all_gpus().', devices=devices))
-    return check_devices(devices)
-
-
 def split_batch_input(X, y, devices):
     """The check of ``split_batch(X, y, devices)``: see `check_split`."""
-    check_split(len(X), len(y), _kept_devices(devices))
+    check_split(len(X), len(y), check_devices(devices, used_later=True))
 
 
 def train_batch_input(X, y, device_params, *, devices, **options):
     """The check of ``train_batch(X, y, device_params, devices=...)``: one
     copy of the parameters per device."""
-    check_replicas(device_params, _kept_devices(devices))
+    check_replicas(device_params, check_devices(devices, used_later=True))
 
 
 def train_input(num_gpus, batch_size, lr, *, devices=None, **options):
     """The check of ``train(num_gpus, ..., devices=...)``: `devices`, when
     given, lists `num_gpus` devices."""
-    if devices is not None and len(_kept_devices(devices)) != num_gpus:
+    if devices is None:
+        return
+    if len(check_devices(devices, used_later=True)) != num_gpus:
         raise ValueError(error_message(
             'train(num_gpus={k}) got a devices list of length {n}: pass a '
             'list of {k} devices, or leave devices out and '
