@@ -23,8 +23,6 @@ that needs functions of the backend module itself (`parameter_drift`:
 arguments, which the backend module passes at the time of the call, so
 a test that replaces ``train_batch`` on a backend is seen by
 `parameter_drift`.
-Both backends also take the framework-free names they re-export from here
-(``from d2lpar._backend import *``: the names of `__all__`).
 """
 import math
 
@@ -38,18 +36,7 @@ from d2lpar import i18n as _i18n
 from d2lpar import plots as _plots
 from d2lpar import sharding as _sharding
 from d2lpar import timing as _timing
-from d2lpar import training as _training
-from d2lpar._timer import Timer  # noqa: F401
-from d2lpar.api import *  # noqa: F401,F403 (api.SHARED, as they are)
-from d2lpar.api import SHARED
-from d2lpar.checks import (  # noqa: F401 (the checks lessons call)
-    check_devices, check_replicas, check_split)
 from d2lpar.i18n import error_message
-
-# What `from d2lpar._backend import *` gives a backend: the shared names of
-# its __all__ (d2lpar/api.py), the checks its lesson code calls, and Timer.
-__all__ = SHARED + ['Timer', 'check_devices', 'check_replicas',
-                    'check_split']
 
 
 def docstring_of(fn):
@@ -158,13 +145,7 @@ def copy_bandwidth(backend, device=None, num_bytes=1 << 26):
     """Memory-copy bandwidth of `device` (default: the first GPU, else
     the CPU) in bytes read plus written per second."""
     device = try_gpu(backend) if device is None else device
-    x, y = [backend.full(num_bytes // 4, 1.0, device) for _ in range(2)]
-
-    def copy():
-        backend.copy_into(x, y)
-        return num_bytes
-
-    return _timing.measure_copy_bandwidth_with(copy, backend.synchronize)
+    return _timing.measure_copy_bandwidth(backend, device, num_bytes)
 
 
 def products_that_fit(backend, num_products, shape, devices):
@@ -177,20 +158,17 @@ def products_that_fit(backend, num_products, shape, devices):
     The free memory is what the framework reports (PyTorch: the driver's
     ``torch.cuda.mem_get_info`` plus what its caching allocator holds
     unused; MXNet: ``mx.context.gpu_memory_info``)."""
-    return _devices.products_that_fit_with(backend.free_bytes, num_products,
-                                          shape, devices)
+    return _devices.products_that_fit(backend, num_products, shape,
+                                      devices)
 
 
 def measure_allreduce(backend, fns, sizes, device_counts, *, repeat=3):
     """Time each allreduce function of `fns` on `try_devices(k)` for each
     k in `device_counts` and each size in `sizes` (float32 numbers per
     device); see `plot_allreduce`."""
-    def make_data(k, n):  # zeros: no overflow, however often summed
-        return [backend.full(n, 0.0, device)
-                for device in try_devices(backend, k)]
-
-    rows = _timing.measure_allreduce_with(
-        make_data, backend.synchronize, fns, sizes, device_counts, repeat)
+    rows = _timing.measure_allreduce(
+        backend, fns, sizes, [try_devices(backend, k) for k in device_counts],
+        repeat)
     for r in rows:  # what try_devices(k) gave: GPUs, or CPU stand-ins
         r['on'] = 'gpu' if backend.num_gpus() >= r['devices'] else 'cpu'
     return rows
@@ -202,8 +180,11 @@ def load_data_fashion_mnist(backend, batch_size, num_train=None,
     `data_dir()`, downloading it when the network allows; offline, over a
     synthetic stand-in with the same shapes, saying so once. `num_train`
     and `num_test` keep only the first examples, for quick CPU runs."""
-    return _data.load_data_fashion_mnist_with(
-        backend.to_arrays, batch_size, num_train, num_test)
+    X_tr, y_tr, X_te, y_te = _data.fashion_mnist_arrays(num_train,
+                                                        num_test)[:4]
+    return (_data.DataIter(X_tr, y_tr, batch_size, True, backend.to_arrays,
+                           drop_last=True),
+            _data.DataIter(X_te, y_te, batch_size, False, backend.to_arrays))
 
 
 def parameter_drift(backend, params, batch_size, lr, *, get_params,
@@ -216,12 +197,33 @@ def parameter_drift(backend, params, batch_size, lr, *, get_params,
     arguments, and return the largest absolute difference between the two
     sets of parameters after each of the first `num_steps` steps (see
     `plot_drift`)."""
-    def load(*args):  # the loader of `train`: the same minibatches
-        return load_data_fashion_mnist(backend, *args)
-
-    return _training.parameter_drift_with(
-        load, try_devices, get_params, train_batch, backend.max_abs_diff,
-        params, batch_size, lr, num_steps, num_train, num_test)
+    if (isinstance(num_steps, bool) or not isinstance(num_steps, int)
+            or num_steps < 1):
+        raise ValueError(error_message(
+            'num_steps must be an int >= 1, got {num_steps!r}.',
+            num_steps=num_steps))
+    _checks.check_lr(lr)
+    # The same loader as `train`: the same minibatches in the same order
+    train_iter = load_data_fashion_mnist(backend, batch_size, num_train,
+                                         num_test)[0]
+    # Both runs on the same kind of device: with one GPU, try_devices(1)
+    # would be the GPU and try_devices(2) two CPU stand-ins, whose kernels
+    # round differently, so the drift would measure the kernels, not the
+    # split
+    two = try_devices(2)
+    runs = [(devices, [get_params(params, d) for d in devices])
+            for devices in (two[:1], two)]
+    drift = []
+    while len(drift) < num_steps:  # as many epochs as it takes
+        for X, y in train_iter:
+            for devices, device_params in runs:
+                train_batch(X, y, device_params, devices=devices, lr=lr)
+            one, two = runs[0][1][0], runs[1][1][0]  # first device's copy
+            drift.append(max(backend.max_abs_diff(a, b)
+                             for a, b in zip(one, two)))
+            if len(drift) == num_steps:
+                break
+    return drift
 
 
 def train_distributed(backend, num_workers, *, batch_size=256, lr=0.2,
@@ -284,16 +286,6 @@ MLP_SHAPES = ((784, 256), (256,), (256, 10), (10,))
 def _he(backend, shape, num_inputs):
     # standard deviation sqrt(2 / inputs of one output) (He et al., 2015)
     return backend.normal(shape, (2 / num_inputs) ** 0.5)
-
-
-def lenet_params(backend):
-    """Fresh parameters of the LeNet-style network, on the CPU: weights
-    with standard deviation sqrt(2 / inputs of one output) (He et al.,
-    2015), biases 0."""
-    return [_he(backend, (20, 1, 3, 3), 9), backend.zeros(20),
-            _he(backend, (50, 20, 5, 5), 500), backend.zeros(50),
-            _he(backend, (800, 128), 800), backend.zeros(128),
-            _he(backend, (128, 10), 128), backend.zeros(10)]
 
 
 def mlp_params(backend):

@@ -1,8 +1,8 @@
 """The public names of ``d2lpar.torch`` and ``d2lpar.mxnet`` (their
 ``__all__``): `SHARED`, framework-free names that both import from here
-as they are (``from d2lpar.api import *`` imports exactly these), and
-`BACKEND`, names that each defines in its own framework.
-tests/test_api.py checks that both backends define every one.
+as they are, each by name, and `BACKEND`, names that each defines in its
+own framework. tests/test_api.py checks that both backends define every
+one.
 """
 from d2lpar.cost import (  # noqa: F401
     GPUS, LINKS, Gpu, Link, allreduce_time, compute_time, critical_batch,

@@ -322,10 +322,3 @@ def _fashion_mnist_arrays(num_train, num_test):
 
 fashion_mnist_arrays.cache_clear = _fashion_mnist_arrays.cache_clear
 fashion_mnist_arrays.cache_info = _fashion_mnist_arrays.cache_info
-
-
-def load_data_fashion_mnist_with(convert, batch_size, num_train=None,
-                                 num_test=None):
-    X_tr, y_tr, X_te, y_te, _ = fashion_mnist_arrays(num_train, num_test)
-    return (DataIter(X_tr, y_tr, batch_size, True, convert, drop_last=True),
-            DataIter(X_te, y_te, batch_size, False, convert))

@@ -32,9 +32,10 @@ def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
             threads=threads_each, share=share)
 
 
-def products_that_fit_with(free_bytes, num_products, shape, devices):
-    """`products_that_fit`, given ``free_bytes(device)``: the bytes free
-    on `device` when it is a GPU, None for any other device."""
+def products_that_fit(backend, num_products, shape, devices):
+    """What both backends' `products_that_fit` share; ``backend.free_bytes
+    (device)`` gives the bytes free on `device` when it is a GPU, None for
+    any other device."""
     devices = check_devices(devices)
     if not isinstance(num_products, int) or num_products < 1:
         raise ValueError(error_message(
@@ -43,7 +44,7 @@ def products_that_fit_with(free_bytes, num_products, shape, devices):
     each = 4 * int(np.prod(shape))  # one float32 result
     fit = num_products
     for device in devices:
-        free = free_bytes(device)
+        free = backend.free_bytes(device)
         if free is None:  # not a GPU: the workload stays as it is
             continue
         # Leave a tenth of the free memory (at least 256 MiB) to the

@@ -87,20 +87,23 @@ def best_seconds(fn, synchronize, repeat):
     return best
 
 
-def measure_allreduce_with(make_data, synchronize, fns, sizes,
-                           device_counts, repeat=3):
-    """Time each allreduce of `fns` on `make_data(k, n)` (k arrays of n
-    float32 numbers), best of `repeat`. Returns one dict per measurement:
-    algorithm, devices, bytes, seconds, and the algorithm and bus
-    bandwidths of nccl-tests (busbw = algbw * 2(k-1)/k)."""
+def measure_allreduce(backend, fns, sizes, device_lists, repeat=3):
+    """Time each allreduce of `fns` on the devices of each list of
+    `device_lists`, one array of n float32 zeros (no overflow, however
+    often summed) on each device for each n of `sizes`, best of `repeat`,
+    with `backend`'s arrays. Returns one dict per measurement: algorithm,
+    devices, bytes, seconds, and the algorithm and bus bandwidths of
+    nccl-tests (busbw = algbw * 2(k-1)/k)."""
     rows = []
-    for k in device_counts:
+    for devices in device_lists:
+        k = len(devices)
         for n in sizes:
             for fn in fns:
-                data = make_data(k, n)
+                data = [backend.full(n, 0.0, device) for device in devices]
                 fn(data)  # warm up
-                synchronize()
-                best = best_seconds(lambda: fn(data), synchronize, repeat)
+                backend.synchronize()
+                best = best_seconds(lambda: fn(data), backend.synchronize,
+                                    repeat)
                 nbytes = 4 * n
                 rows.append({'algorithm': fn.__name__, 'devices': k,
                              'bytes': nbytes, 'seconds': best,
@@ -109,9 +112,14 @@ def measure_allreduce_with(make_data, synchronize, fns, sizes,
     return rows
 
 
-def measure_copy_bandwidth_with(copy, synchronize, repeat=5):
-    """Bytes read plus written per second by `copy()`, which copies one
-    buffer into another and returns its size in bytes (best of `repeat`)."""
-    nbytes = copy()  # warm up
-    synchronize()
-    return 2 * nbytes / best_seconds(copy, synchronize, repeat)
+def measure_copy_bandwidth(backend, device, num_bytes, repeat=5):
+    """Bytes read plus written per second when `device` copies a buffer of
+    `num_bytes` into another (best of `repeat`), with `backend`'s arrays."""
+    x, y = [backend.full(num_bytes // 4, 1.0, device) for _ in range(2)]
+
+    def copy():
+        backend.copy_into(x, y)
+
+    copy()  # warm up
+    backend.synchronize()
+    return 2 * num_bytes / best_seconds(copy, backend.synchronize, repeat)

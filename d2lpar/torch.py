@@ -6,6 +6,7 @@ than there are, `try_devices` hands out CPU stand-ins and says so once.
 """
 import copy
 import os
+import time
 
 # Keep the profiler's own log lines out of the lessons (set before torch).
 os.environ.setdefault('KINETO_LOG_LEVEL', '5')
@@ -20,8 +21,19 @@ from torch.profiler import record_function  # noqa: E402
 from d2lpar import (  # noqa: E402
     _backend, api as _api, checks as _checks, collectives as _collectives,
     training as _training)
-from d2lpar._backend import *  # noqa: E402,F401,F403 (shared names)
 from d2lpar._backend import MLP_SHAPES  # noqa: E402,F401
+from d2lpar._timer import Timer  # noqa: E402,F401
+from d2lpar.api import (  # noqa: E402,F401 (api.SHARED, as they are)
+    allreduce_time, Animator, bubble_fraction, collective_seconds,
+    compute_time, critical_batch, data_dir, data_source, DataError,
+    DistributedResult, epoch_shards, fashion_mnist_arrays, fmt, format_seconds,
+    gpipe_schedule, Gpu, gpu_link, GPUS, interleaved_schedule, learning_rate,
+    Link, LINKS, measured_bubble, pad, plot_allreduce, plot_cost_model,
+    plot_drift, plot_memory, plot_processes, plot_scaling, plot_step_time,
+    plot_timings, print_processes, say_once, shard_bounds, source_code,
+    step_time, TrainResult, use_language, zero_memory)
+from d2lpar.checks import (  # noqa: E402,F401 (the checks lessons call)
+    check_devices, check_replicas, check_split)
 from d2lpar._torch.backend import BACKEND  # noqa: E402
 from d2lpar._torch.devices import (  # noqa: E402,F401 (framework glue)
     Benchmark, cpu, launch, num_gpus, synchronize, _threads_of)
@@ -136,11 +148,6 @@ def distributed_commands(hosts, workers_per_host=1, *, port=29500,
     return _backend.distributed_commands(
         BACKEND, hosts, workers_per_host, port=port, out_dir=out_dir,
         script_args=script_args, max_restarts=max_restarts)
-
-
-@_backend.docstring_of(_backend.lenet_params)
-def lenet_params():
-    return _backend.lenet_params(BACKEND)
 
 
 @_backend.docstring_of(_backend.mlp_params)
@@ -263,6 +270,25 @@ def train_concise(net, devices, *, batch_size, lr, num_epochs=10,
 
 
 # From notebooks/en/multiple-gpus.md
+def lenet_params():
+    """Fresh parameters of the lesson's LeNet, on the CPU: the weights
+    of each layer drawn with standard deviation sqrt(2 / its inputs), the
+    biases 0."""
+    # Initialize model parameters: standard deviation sqrt(2 / inputs)
+    def init(shape, num_inputs):
+        return torch.randn(size=shape) * (2 / num_inputs) ** 0.5
+
+    W1 = init((20, 1, 3, 3), num_inputs=1 * 3 * 3)
+    b1 = torch.zeros(20)
+    W2 = init((50, 20, 5, 5), num_inputs=20 * 5 * 5)
+    b2 = torch.zeros(50)
+    W3 = init((800, 128), num_inputs=800)
+    b3 = torch.zeros(128)
+    W4 = init((128, 10), num_inputs=128)
+    b4 = torch.zeros(10)
+    return [W1, b1, W2, b2, W3, b3, W4, b4]
+
+
 def lenet(X, params):
     """The LeNet-style network of the lesson, written with functions so
     that its parameters can live on any device."""
@@ -345,7 +371,8 @@ def evaluate_accuracy(net, data_iter, device=None):
     """The fraction of examples of `data_iter` that `net` classifies
     correctly, computed on `device` (default: the first GPU, else the
     CPU)."""
-    device = d2l.try_gpu() if device is None else device
+    if device is None:
+        device = torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')
     correct, total = 0, 0
     with torch.no_grad():
         for X, y in data_iter:
@@ -355,7 +382,6 @@ def evaluate_accuracy(net, data_iter, device=None):
     return float(correct) / total
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
           num_test=None, params=None, reduce=allreduce, plot=True,
           devices=None):
@@ -368,20 +394,22 @@ def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
     train_iter, test_iter = d2l.load_data_fashion_mnist(
         batch_size, num_train, num_test)
     devices = d2l.try_devices(num_gpus) if devices is None else devices
-    params = d2l.lenet_params() if params is None else params
+    params = lenet_params() if params is None else params
     # Copy the model parameters to every device
     device_params = [get_params(params, d) for d in devices]
     animator = d2l.Animator('epoch', 'test acc', xlim=[1, num_epochs],
                             ylim=[0, 1]) if plot else None
-    timer, accs, num_examples = d2l.Timer(), [], 0
+    seconds, accs, num_examples = [], [], 0
     for epoch in range(num_epochs):
-        timer.start()
+        start = time.perf_counter()
         for X, y in train_iter:
             train_batch(X, y, device_params, devices=devices, lr=lr,
                         reduce=reduce)
             num_examples += len(y)
-        d2l.synchronize(devices)  # wait once per epoch, not once per batch
-        timer.stop()
+        for device in devices:  # wait once per epoch, not once per batch
+            if device.type == 'cuda':
+                torch.cuda.synchronize(device)
+        seconds.append(time.perf_counter() - start)
         # Stop with a clear error if training has diverged (NaN or inf)
         d2l.check_finite(device_params[0], epoch, lr)
         # Evaluate on the first device only: simple, though the others idle
@@ -390,7 +418,7 @@ def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
         if animator:
             animator.add(epoch + 1, (accs[-1],))
     result = d2l.TrainResult(
-        test_acc=accs[-1], sec_per_epoch=timer.avg(),
+        test_acc=accs[-1], sec_per_epoch=sum(seconds) / num_epochs,
         devices=[str(d) for d in devices], num_epochs=num_epochs,
         num_examples=num_examples // num_epochs, test_accs=accs)
     print(result)

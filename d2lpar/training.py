@@ -1,16 +1,14 @@
 """What the training loops of both backends share: the result of a run
-(`TrainResult`), the drift between runs on 1 and 2 devices, the loop
-around `train_concise`, the learning-rate schedule, and which examples
-each process takes in each step.
+(`TrainResult`), the loop around `train_concise`, the learning-rate
+schedule, and which examples each process takes in each step.
 """
 import dataclasses
 import math
 
 import numpy as np
 
-from d2lpar.checks import check_lr
 from d2lpar.data import fashion_mnist_arrays
-from d2lpar.i18n import N_, _, error_message
+from d2lpar.i18n import N_, _
 from d2lpar.plots import Animator
 
 
@@ -33,39 +31,6 @@ class TrainResult:
                  'on {devices}').format(test_acc=self.test_acc,
                                         sec_per_epoch=self.sec_per_epoch,
                                         devices=self.devices)
-
-
-def parameter_drift_with(load, try_devices, get_params, train_batch,
-                         max_abs_diff, params, batch_size, lr, num_steps,
-                         num_train, num_test):
-    """What both backends' `parameter_drift` share: train a copy of
-    `params` on two devices, ``try_devices(2)``, and another on the first
-    of them alone, step by step on the same minibatches, and return
-    max_abs_diff of their parameters after each step. Both runs use the
-    same kind of device: with one GPU, ``try_devices(1)`` would be the GPU
-    and ``try_devices(2)`` two CPU stand-ins, whose kernels round
-    differently, so the drift would measure the kernels, not the split."""
-    if (isinstance(num_steps, bool) or not isinstance(num_steps, int)
-            or num_steps < 1):
-        raise ValueError(error_message(
-            'num_steps must be an int >= 1, got {num_steps!r}.',
-            num_steps=num_steps))
-    check_lr(lr)
-    # The same loader as `train`: the same minibatches in the same order
-    train_iter = load(batch_size, num_train, num_test)[0]
-    two = try_devices(2)
-    runs = [(devices, [get_params(params, d) for d in devices])
-            for devices in (two[:1], two)]
-    drift = []
-    while len(drift) < num_steps:  # as many epochs as it takes
-        for X, y in train_iter:
-            for devices, device_params in runs:
-                train_batch(X, y, device_params, devices=devices, lr=lr)
-            one, two = runs[0][1][0], runs[1][1][0]  # first device's copy
-            drift.append(max(max_abs_diff(a, b) for a, b in zip(one, two)))
-            if len(drift) == num_steps:
-                break
-    return drift
 
 
 def run_concise(devices, batch_size, num_epochs, num_train, num_test, plot,

@@ -30,7 +30,7 @@ def _methods(cls):
 
 def test_there_are_framework_free_functions():
     assert {'try_devices', 'ring_allreduce', 'parameter_drift',
-            'lenet_params'} <= set(_framework_free_functions())
+            'mlp_params'} <= set(_framework_free_functions())
 
 
 @pytest.mark.parametrize('framework', ['torch', 'mxnet'])

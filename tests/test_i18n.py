@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import tokenize
+import types
 
 import pytest
 from babel.messages.pofile import read_po
@@ -211,8 +212,9 @@ ERRORS = [  # call, its exception type and English text (as it always
      ValueError, 'use_gpus=True needs a GPU for each of the 2 processes; '
      'this machine has 1.',
      {'fr': 'chacun des 2 processus', 'tr': '2 sürecin', 'zh': '2 个进程'}),
-    (lambda: devices.products_that_fit_with(lambda d: 1 << 20, 50,
-                                            (4000, 4000), ['cuda:0']),
+    (lambda: devices.products_that_fit(
+        types.SimpleNamespace(free_bytes=lambda d: 1 << 20), 50,
+        (4000, 4000), ['cuda:0']),
      ValueError, 'cuda:0 has 0.00 GB free: not enough for even one product '
      'of shape (4000, 4000) (64 MB a result). Free GPU memory (restart the '
      'other notebooks that use it) or take smaller matrices.',

@@ -99,13 +99,13 @@ def _generated_names(file):
 
 def test_the_generated_part_is_the_lessons_code_in_lesson_order():
     names = _generated_names('torch.py')
-    assert names[:3] == ['lenet', 'get_params', 'allreduce']
+    assert names[:4] == ['lenet_params', 'lenet', 'get_params', 'allreduce']
     assert names.index('allreduce') < names.index('Residual')
     assert 'ddp_worker' in names and 'ddp_worker' not in _generated_names(
         'mxnet.py')
     # Code of the cells #@tab all stands in both backends, in the lesson's
     # order among the code of each framework, marked as shared
-    shared = ['train_batch', 'train', 'reduce_scatter']
+    shared = ['train_batch']
     for file in library.BACKENDS.values():
         names = _generated_names(file)
         assert names.index('split_batch') < names.index('train_batch') \
