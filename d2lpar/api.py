@@ -65,8 +65,8 @@ BACKEND = [
     'pipeline_params', 'recomputation_step', 'reduce_scatter',
     'split_columns', 'split_rows',
     'stage_forward', 'tensor_parallel_mlp', 'zero_replicas', 'zero_step',
-    # the array operations of the lessons' code written once for both
-    # frameworks (d2lpar/_torch/arrays.py, d2lpar/_mxnet/arrays.py)
+    # array operations that no lesson calls any more, kept for
+    # compatibility (d2lpar/_torch/arrays.py, d2lpar/_mxnet/arrays.py)
     'astype', 'concat', 'device_of', 'grad_of', 'no_grad', 'relu',
     'to_device', 'zeros']
 __all__ = SHARED

@@ -37,7 +37,7 @@ from d2lpar.checks import (  # noqa: E402,F401 (the checks lessons call)
 from d2lpar._torch.backend import BACKEND  # noqa: E402
 from d2lpar._torch.devices import (  # noqa: E402,F401 (framework glue)
     Benchmark, cpu, launch, num_gpus, synchronize, _threads_of)
-from d2lpar._torch.arrays import (  # noqa: E402,F401 (for #@tab all)
+from d2lpar._torch.arrays import (  # noqa: E402,F401 (compatibility)
     astype, concat, device_of, grad_of, no_grad, relu, to_device, zeros)
 from d2lpar._torch.models import (  # noqa: E402,F401
     adam, gpipe_step, loss, sgd)
@@ -572,7 +572,6 @@ def ddp_worker(rank, world_size, port, net, devices, settings, queue):
 
 
 # From notebooks/en/beyond-data-parallelism.md
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def reduce_scatter(data):
     """Sum the arrays of `data` (one per device, same shape) and leave
     shard i of the sum on device i: the rows that ``np.array_split`` gives
@@ -581,28 +580,26 @@ def reduce_scatter(data):
     that `data` is a list of arrays of one shape.)"""
     b = d2l.shard_bounds(len(data[0]), len(data))
     shards = []
-    with d2l.no_grad():
+    with torch.no_grad():
         for i, x in enumerate(data):  # device i adds up its rows
-            device = d2l.device_of(x)
-            shard = d2l.to_device(data[0][b[i]:b[i + 1]], device, copy=True)
+            device = x.device
+            shard = data[0][b[i]:b[i + 1]].to(device, copy=True)
             for j in range(1, len(data)):
-                shard += d2l.to_device(data[j][b[i]:b[i + 1]], device)
+                shard += data[j][b[i]:b[i + 1]].to(device)
             shards.append(shard)
     return shards
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def all_gather(shards):
     """Give every device the whole array: the shards (shard i on device i)
     put back together in order. The shards are not changed.
     (``d2l.all_gather`` first checks that they are arrays of one shape
     after the first axis.)"""
-    with d2l.no_grad():
-        return [d2l.concat([d2l.to_device(s, d2l.device_of(x))
-                            for s in shards]) for x in shards]
+    with torch.no_grad():
+        return [torch.cat([s.to(x.device) for s in shards])
+                for x in shards]
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def zero_replicas(flat, devices, stage):
     """What each device keeps between steps, for data parallelism
     (`stage` 0) or ZeRO stage 1, 2 or 3: the parameters, the gradients and
@@ -611,17 +608,16 @@ def zero_replicas(flat, devices, stage):
     replicas = []
     for i, device in enumerate(devices):
         n = b[i + 1] - b[i]  # the length of this device's shard
+        params = flat[b[i]:b[i + 1]] if stage >= 3 else flat
         replicas.append({
-            'params': d2l.to_device(
-                flat[b[i]:b[i + 1]] if stage >= 3 else flat, device,
-                copy=True),
-            'grads': d2l.zeros(n if stage >= 2 else len(flat), device),
-            'm': d2l.zeros(n if stage >= 1 else len(flat), device),
-            'v': d2l.zeros(n if stage >= 1 else len(flat), device)})
+            'params': params.to(device, copy=True),
+            'grads': torch.zeros(n if stage >= 2 else len(flat),
+                                 device=device),
+            'm': torch.zeros(n if stage >= 1 else len(flat), device=device),
+            'v': torch.zeros(n if stage >= 1 else len(flat), device=device)})
     return replicas
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def zero_step(X, y, replicas, *, devices, lr, step, stage):
     """One step of Adam with data parallelism (`stage` 0) or ZeRO stage
     1, 2 or 3 on `devices`; `replicas` come from `zero_replicas`."""
@@ -635,8 +631,9 @@ def zero_step(X, y, replicas, *, devices, lr, step, stage):
     # 2. Each device computes the gradient on its part of the batch
     grads = []
     for X_i, y_i, p in zip(X_shards, y_shards, full):
-        grads.append(d2l.grad_of(
-            lambda p: d2l.loss(d2l.mlp(X_i, p), y_i).sum() / X.shape[0], p))
+        p = p.detach().requires_grad_()
+        loss = d2l.loss(d2l.mlp(X_i, p), y_i).sum() / X.shape[0]
+        grads.append(torch.autograd.grad(loss, p)[0])
     if stage == 0:  # 3. Everyone sums everything and updates everything
         d2l.allreduce(grads)
         for r, g in zip(replicas, grads):
@@ -693,25 +690,22 @@ def recomputation_step(X, y, flat, *, recompute):
     return sum(kept.values()), len(calls), timer.stop(), params.grad
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def split_columns(W, b, devices):
     """A linear layer split by columns (Megatron-LM): device i gets its
     columns of the weight `W` (inputs x outputs) and of the bias `b`."""
     c = d2l.shard_bounds(W.shape[1], len(devices))
-    return [(d2l.to_device(W[:, c[i]:c[i + 1]], d, copy=True),
-             d2l.to_device(b[c[i]:c[i + 1]], d, copy=True))
+    return [(W[:, c[i]:c[i + 1]].to(d, copy=True),
+             b[c[i]:c[i + 1]].to(d, copy=True))
             for i, d in enumerate(devices)]
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def split_rows(W, devices):
     """A linear layer split by rows: device i gets its rows of `W`."""
     r = d2l.shard_bounds(W.shape[0], len(devices))
-    return [d2l.to_device(W[r[i]:r[i + 1]], d, copy=True)
+    return [W[r[i]:r[i + 1]].to(d, copy=True)
             for i, d in enumerate(devices)]
 
 
-# (#@tab all: the same code stands in the other backend, from the same cell)
 def tensor_parallel_mlp(X, columns, rows, *, b2):
     """relu(X W1 + b1) W2 + b2 with W1, b1 split by columns (`columns`)
     and W2 by rows (`rows`): each device computes its columns of the
@@ -719,11 +713,11 @@ def tensor_parallel_mlp(X, columns, rows, *, b2):
     partial sums. Returns the output on every device."""
     X, partial = X.reshape(X.shape[0], -1), []
     for (W1_i, b1_i), W2_i in zip(columns, rows):
-        X_i = d2l.to_device(X, d2l.device_of(W1_i))
-        H_i = d2l.relu(X_i @ W1_i + b1_i)  # its hidden columns
+        X_i = X.to(W1_i.device)
+        H_i = torch.relu(X_i @ W1_i + b1_i)  # its hidden columns
         partial.append(H_i @ W2_i)  # its share of the output
     d2l.allreduce(partial)
-    return [Y + d2l.to_device(b2, d2l.device_of(Y)) for Y in partial]
+    return [Y + b2.to(Y.device) for Y in partial]
 
 
 # The input checks of the functions above (CHECKED in tools/library.py):

@@ -104,7 +104,8 @@ def test_the_generated_part_is_the_lessons_code_in_lesson_order():
     assert 'ddp_worker' in names and 'ddp_worker' not in _generated_names(
         'mxnet.py')
     # Code of the cells #@tab all stands in both backends, in the lesson's
-    # order among the code of each framework, marked as shared
+    # order among the code of each framework, marked as shared; lesson 2a's
+    # train and lesson 5's reduce_scatter come from a cell of each framework
     shared = ['train_batch']
     for file in library.BACKENDS.values():
         names = _generated_names(file)
@@ -113,6 +114,8 @@ def test_the_generated_part_is_the_lessons_code_in_lesson_order():
         text = (ROOT / 'd2lpar' / file).read_text(encoding='utf-8')
         for name in shared:
             assert (f'{library.SHARED_NOTE}\ndef {name}(') in text
+        for name in ('train', 'reduce_scatter'):
+            assert f'{library.SHARED_NOTE}\ndef {name}(' not in text
 
 
 def test_no_module_of_the_package_runs_code_with_exec():

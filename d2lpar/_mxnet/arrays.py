@@ -1,5 +1,6 @@
-"""The names of d2lpar/_torch/arrays.py, in MXNet: the operations that
-the lessons' shared code (cells #@tab all) calls as ``d2l.name``."""
+"""The names of d2lpar/_torch/arrays.py, in MXNet: array operations
+public as ``d2l.name`` and kept for compatibility (no lesson calls them
+any more); BACKEND (backend.py) uses some of them."""
 import contextlib
 
 from mxnet import autograd, np, npx

@@ -1,6 +1,8 @@
-"""PyTorch's array operations for the lessons' code that is written once
-for both frameworks (cells #@tab all call them as ``d2l.name``);
-d2lpar/_mxnet/arrays.py defines the same names for MXNet."""
+"""A few array operations in PyTorch, public as ``d2l.name``
+(``d2l.to_device``, ``d2l.grad_of``, ...) and kept for compatibility: no
+lesson calls them any more, since each lesson shows each framework's own
+code. BACKEND (backend.py) uses some of them; d2lpar/_mxnet/arrays.py
+defines the same names for MXNet."""
 import torch
 from torch.nn import functional as F
 
