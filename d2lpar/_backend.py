@@ -210,7 +210,7 @@ def parameter_drift(backend, params, batch_size, lr, *, get_params,
     # would be the GPU and try_devices(2) two CPU stand-ins, whose kernels
     # round differently, so the drift would measure the kernels, not the
     # split
-    two = try_devices(2)
+    two = try_devices(2)  # the backend's own, passed by its parameter_drift
     runs = [(devices, [get_params(params, d) for d in devices])
             for devices in (two[:1], two)]
     drift = []

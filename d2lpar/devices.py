@@ -33,9 +33,9 @@ def fallback_notice(num_wanted, num_found, threads_each, stand_ins):
 
 
 def products_that_fit(backend, num_products, shape, devices):
-    """What both backends' `products_that_fit` share; ``backend.free_bytes
-    (device)`` gives the bytes free on `device` when it is a GPU, None for
-    any other device."""
+    """What both backends' `products_that_fit` share, with `backend`:
+    ``backend.free_bytes(device)`` gives the bytes free on `device` when it
+    is a GPU, None for any other device."""
     devices = check_devices(devices)
     if not isinstance(num_products, int) or num_products < 1:
         raise ValueError(error_message(

@@ -407,7 +407,7 @@ def train(num_gpus, batch_size, lr, *, num_epochs=10, num_train=None,
                         reduce=reduce)
             num_examples += len(y)
         for device in devices:  # wait once per epoch, not once per batch
-            if device.type == 'cuda':
+            if torch.device(device).type == 'cuda':
                 torch.cuda.synchronize(device)
         seconds.append(time.perf_counter() - start)
         # Stop with a clear error if training has diverged (NaN or inf)

@@ -166,6 +166,19 @@ def test_train(backend, num_gpus, capsys):
     assert text in capsys.readouterr().out
 
 
+def test_train_on_devices_given_by_name():
+    """PyTorch takes a device by name ('cpu') wherever it takes a device:
+    so does d2l.train, which waits for the GPUs among its devices."""
+    from conftest import get_backend
+    backend = get_backend('torch')
+    backend.seed(0)
+    result = backend.train(num_gpus=1, batch_size=64, lr=0.2, num_epochs=1,
+                           num_train=256, num_test=128,
+                           params=backend.lenet_params(), plot=False,
+                           devices=['cpu'])
+    assert result.devices == ['cpu'] and len(result.test_accs) == 1
+
+
 def test_train_with_ring_allreduce(backend):
     backend.seed(0)
     result = backend.train(num_gpus=3, batch_size=64, lr=0.2, num_epochs=1,
