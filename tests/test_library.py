@@ -184,3 +184,18 @@ def test_a_lesson_missing_from_the_list_of_lessons_is_caught(tree,
     assert ('notebooks/en/communication-cost.md has #@save code but is not '
             'in LESSONS (tools/library.py): add it in the order of the '
             'course') in library.check(tree / 'notebooks')
+
+
+def test_a_checked_wrapping_line_longer_than_79_columns_is_cut(monkeypatch):
+    """make lib cuts a wrapping line of CHECKED that would pass 79 columns
+    after ``checked(``, so that ruff, part of make test, takes the backend
+    as it is generated; a short one stays on one line."""
+    monkeypatch.setitem(library.CHECKED, 'short', 'check')
+    assert library._wrap_line('short') == \
+        'short = _checks.checked(short, check)'
+    long_check = "_checks.collective(check_collective, 'all_gather', False)"
+    monkeypatch.setitem(library.CHECKED, 'all_gather', long_check)
+    lines = library._wrap_line('all_gather').split('\n')
+    assert lines == ['all_gather = _checks.checked(',
+                     f'    all_gather, {long_check})']
+    assert all(len(line) <= 79 for line in lines)
