@@ -22,11 +22,12 @@ machine needs G of them; if one has fewer, pass ``--cpu`` on all machines
 runs the first command on loopback.
 
 The global batch (``--batch-size``) is cut into equal contiguous shards,
-one per process. Every process starts from the same parameters (drawn from
-``--seed``, as ``lenet_params`` draws them) and the same shuffled order,
-takes the mean loss over its shard and lets DDP average the gradients:
-the mean of k shard means is the mean over the global batch, so k
-processes take the same steps as one process with the same global batch.
+one per process. Every process starts from the same parameters (drawn
+after ``torch.manual_seed(--seed)``, see `initial_params`) and the same
+shuffled order, takes the mean loss over its shard and lets DDP average
+the gradients: the mean of k shard means is the mean over the global
+batch, so k processes take the same steps as one process with the same
+global batch.
 
 Timing, per process and step. *Compute* runs from the start of the
 forward pass until DDP hands over the last gradient bucket for reduction

@@ -38,7 +38,7 @@ OUT/server<i>.json, and each worker notes those of its own updater, which
 stays empty while the servers update. With several servers (and a small
 MXNET_KVSTORE_BIGARRAY_BOUND), each server keeps only its shard of that
 state: ZeRO-1 on the servers (``distributed.train(..., sharded=True)``).
-Every worker starts from the values that ``lenet_params`` draws after
+Every worker starts from the values that `initial_params` draws after
 ``mx.random.seed(seed)``; worker 0's values initialise the server anyway.
 
 Timing, per worker and step (MXNet is asynchronous: the clock stops after
