@@ -58,6 +58,33 @@ CELL_JS = r"""(mark) => {
 }"""
 
 
+ACTIVE_JS = r"""(text) => {
+  const cell = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)'
+      + ' .jp-Notebook .jp-Cell.jp-mod-active');
+  return !!cell && cell.querySelector('.jp-InputArea').innerText
+      .includes(text);
+}"""
+
+
+def _run(page, run, text):
+    """Make the first code cell that contains `text` the active cell (a
+    click on its prompt, repeated until JupyterLab shows it active), then
+    press `run`, the toolbar's run button."""
+    cell = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) '
+                        '.jp-Notebook .jp-CodeCell').filter(
+        has_text=text).first
+    for _attempt in range(5):
+        cell.locator('.jp-InputArea-prompt').click()
+        try:
+            page.wait_for_function(ACTIVE_JS, arg=text, timeout=5_000)
+            break
+        except Exception:  # playwright's TimeoutError: click again
+            continue
+    else:
+        raise AssertionError(f'the cell with {text!r} never became active')
+    run.click()
+
+
 def test_chinese_lesson_in_chinese_jupyterlab(lab_server_zh, browser,
                                              screenshot_dir):
     server = lab_server_zh
@@ -91,9 +118,16 @@ def test_chinese_lesson_in_chinese_jupyterlab(lab_server_zh, browser,
         # Shift+Enter key did not run anything here in headless Chromium)
         run = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Toolbar '
                            '[data-command="notebook:run-cell-and-select-next"]')
-        first.locator('.jp-InputArea-prompt').click()
-        run.click()  # the lesson's import; then ours is selected
-        run.click()  # the chart
+        # Each cell is run once it is the active cell, and the chart only
+        # after the import has run: a click on a prompt can come before
+        # JupyterLab has taken the previous key press, and the chart then
+        # ran first, without d2l (seen once in CI)
+        _run(page, run, 'from d2lpar import')
+        page.wait_for_function(
+            f'() => {{ const c = ({CELL_JS})("from d2lpar import"); '
+            f'return c && /^\\[\\d+\\]/.test(c.prompt); }}',
+            timeout=RUN_TIMEOUT)
+        _run(page, run, MARK)
         page.wait_for_function(
             f'() => {{ const c = ({CELL_JS})({MARK!r}); return c && '
             f'(/^\\[\\d+\\]/.test(c.prompt) || c.stderr.length); }}',
